@@ -1,0 +1,48 @@
+# stoker — the two commands a new user needs are `make demo` and `make test`.
+JOBS ?= 2
+BUILD ?= build
+CMAKE_FLAGS ?=
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+
+.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Everything CI runs: dependencies, build, every test suite (unit, integration against the Swift S3
+# server, fuzz smoke runs), then the sanitizer build's unit tests.
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	$(MAKE) fuzz
+	$(MAKE) test-asan
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE s3
+
+test-asan:
+	cmake -S . -B build-asan -G Ninja -DSTOKER_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# libFuzzer targets, built with clang, each run briefly over its seed corpus.
+fuzz:
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DSTOKER_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	bash scripts/run-fuzzers.sh build-fuzz
+
+bench: deps build
+	/usr/bin/python3 bench/run.py --build $(BUILD)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+format:
+	find src bench tests -name '*.h' -o -name '*.cc' | xargs clang-format -i

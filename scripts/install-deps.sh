@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that stoker's build, tests, benchmarks and demo need.
+# Idempotent: packages already present are skipped; `apt-get update` runs at most once per call,
+# and only when something is missing. Uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev clang-format clang-tidy
+  # libraries
+  libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcurl4-openssl-dev libssl-dev libtinyxml2-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libturbojpeg0-dev libpng-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
+  # python (Debian's /usr/bin/python3; there is no PyPI here)
+  python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pybind11 python3-matplotlib
+  # servers and peers used by tests and benchmarks
+  swift swift-proxy swift-object swift-container swift-account python3-swift memcached
+  nginx-light s3fs rclone awscli curl
+)
+
+sudo_cmd=()
+[[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Debian starts some services on install; the tests start their own instances on free ports.
+for svc in nginx memcached; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    "${sudo_cmd[@]}" systemctl stop "$svc" || true
+  fi
+done
+echo "install-deps: done"

@@ -1,0 +1,19 @@
+// The `stoker` command (ARCHITECTURE.md §7).
+#include <cstdio>
+
+#include "stoker/cli/commands.h"
+#include "stoker/core/logging.h"
+
+int main(int argc, char** argv) {
+  stoker::InitLogging();
+  CLI::App app{"stoker: keeps accelerators fed with training data"};
+  app.require_subcommand(1);
+  absl::Status result;
+  stoker::cli::RegisterIoCommands(app, &result);
+  CLI11_PARSE(app, argc, argv);
+  if (!result.ok()) {
+    std::fprintf(stderr, "stoker: %s\n", std::string(result.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
