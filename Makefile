@@ -3,6 +3,9 @@ JOBS ?= 2
 BUILD ?= build
 CMAKE_FLAGS ?=
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Share cache hits between checkouts and build folders.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: all deps build test test-unit test-asan fuzz bench demo clean format
 
