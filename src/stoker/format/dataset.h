@@ -1,0 +1,108 @@
+// Reading a stoker dataset (docs/format.md): the sample directory and batched reads.
+//
+// ---------------------------------------------------------------------------------------------
+// API for the pipeline (src/stoker/data/)
+//
+//   By sample index (converted datasets: a prefix with manifest.json and shards):
+//     ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds,
+//                      format::Dataset::Open("s3://bucket/train/", {.on_corrupt = OnCorrupt::kSkip}));
+//     uint64_t n = ds->size();                  // number of samples
+//     std::string_view k = ds->key(i);          // key of sample i, 0 <= i < n (no I/O)
+//     ASSIGN_OR_RETURN(std::vector<Sample> batch, ds->ReadSamples({17, 3, 99}));
+//       // batch[j].key, batch[j].index, batch[j].fields[...] = {name, Buffer}; same order as asked.
+//       // Samples of one shard are read as few coalesced range requests; fields are zero-copy
+//       // slices of the bytes read (unless the record is zstd-compressed).
+//       // Under kSkip a corrupt sample is left out of the result and counted in
+//       // ds->corruption_report(); under kFail the call fails with DataLoss (URL, offset, key).
+//     ds->ReadSamplesAsync(indices, [](absl::StatusOr<std::vector<Sample>> r) { ... });
+//
+//   Streaming (TFRecord files, WebDataset tar files, shards; see sample_stream.h):
+//     std::unique_ptr<SampleStream> s = format::OpenSampleStreams({"s3://b/a.tar", "s3://b/b.tar"});
+//     while (true) { ASSIGN_OR_RETURN(std::optional<Sample> x, s->Next()); if (!x) break; ... }
+//
+//   Dataset::Open accepts a dataset prefix ("dir/", "s3://b/p"), its manifest.json URL, or a single
+//   shard URL (*.stk), which is read as a one-shard dataset.
+// ---------------------------------------------------------------------------------------------
+//
+// Thread safety: a Dataset is immutable after Open and every method is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "stoker/format/manifest.h"
+#include "stoker/format/sample.h"
+#include "stoker/format/sample_directory.h"
+#include "stoker/format/sample_stream.h"
+#include "stoker/io/object_store.h"
+
+namespace stoker::io {
+class RangedReader;
+}
+
+namespace stoker::format {
+
+struct DatasetOptions {
+  OnCorrupt on_corrupt = OnCorrupt::kFail;
+  // Shards whose footers are fetched at the same time while opening.
+  int open_parallelism = 64;
+};
+
+class Dataset {
+ public:
+  // Loads the manifest and every shard's index footer (concurrently) and checks that they agree.
+  // Errors name the URL at fault: NotFound (no manifest / shard), DataLoss (bad footer or index),
+  // FailedPrecondition (manifest disagrees with a shard; re-run `stoker convert`).
+  static absl::StatusOr<std::shared_ptr<Dataset>> Open(std::string_view url,
+                                                       DatasetOptions options = {});
+
+  uint64_t size() const { return directory_.size(); }
+  std::string_view key(uint64_t index) const { return directory_.key(index); }
+  const Manifest& manifest() const { return manifest_; }
+  const SampleDirectory& directory() const { return directory_; }
+  // URL of shard `shard` (manifest order).
+  std::string ShardUrl(size_t shard) const;
+  // The dataset's prefix URL.
+  const std::string& url() const { return base_url_; }
+
+  // Reads `indices` (any order, repeats allowed) and returns the samples in the same order,
+  // minus skipped corrupt ones under kSkip. OutOfRange for an index >= size().
+  absl::StatusOr<std::vector<Sample>> ReadSamples(std::span<const uint64_t> indices) const;
+  absl::StatusOr<std::vector<Sample>> ReadSamples(std::initializer_list<uint64_t> indices) const {
+    return ReadSamples(std::span<const uint64_t>(indices.begin(), indices.size()));
+  }
+  // The same, asynchronous: `done` runs exactly once, on any thread.
+  void ReadSamplesAsync(std::vector<uint64_t> indices,
+                        absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const;
+  absl::StatusOr<Sample> ReadSample(uint64_t index) const;
+
+  // What kSkip left out so far.
+  const CorruptionReport& corruption_report() const { return *report_; }
+
+  Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
+          std::vector<std::string> shard_keys, Manifest manifest, SampleDirectory directory,
+          DatasetOptions options);
+  ~Dataset();
+
+ private:
+  std::string base_url_;
+  std::shared_ptr<io::ObjectStore> store_;
+  std::shared_ptr<io::RangedReader> reader_;
+  std::vector<std::string> shard_keys_;  // store keys, manifest order
+  Manifest manifest_;
+  SampleDirectory directory_;
+  DatasetOptions options_;
+  std::shared_ptr<CorruptionReport> report_;
+};
+
+// Checks every record of shard `url` (CRC, structure, key against the index), reading it
+// sequentially. Returns the number of records, or the first DataLoss (URL, offset, key).
+absl::StatusOr<uint64_t> VerifyShard(std::string_view url);
+
+}  // namespace stoker::format
