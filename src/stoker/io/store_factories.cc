@@ -1,5 +1,8 @@
 #include "stoker/io/store_factories.h"
 
+#include "stoker/core/strings.h"
+#include "stoker/io/http/http_store.h"
+
 namespace stoker::io {
 
 absl::StatusOr<std::shared_ptr<ObjectStore>> MakeS3StoreFromEnvironment(const std::string& bucket) {
@@ -8,7 +11,7 @@ absl::StatusOr<std::shared_ptr<ObjectStore>> MakeS3StoreFromEnvironment(const st
 
 absl::StatusOr<std::shared_ptr<ObjectStore>> MakeHttpStore(const std::string& scheme,
                                                            const std::string& host) {
-  return absl::UnimplementedError("http(s):// is not built yet");
+  return std::make_shared<HttpStore>(StrCat(scheme, "://", host));
 }
 
 }  // namespace stoker::io

@@ -1,0 +1,33 @@
+// HttpStore: read-only ObjectStore over plain HTTP(S) (http://host[:port]/path). Stat is a HEAD
+// (size from Content-Length, ETag, Last-Modified), reads are ranged GETs with retries through the
+// shared HttpTransport. List understands nginx's `autoindex_format json` listings; other servers
+// have no standard listing (Unimplemented). Writes are Unimplemented. Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "stoker/io/http/http_transport.h"
+#include "stoker/io/object_store.h"
+
+namespace stoker::io {
+
+class HttpStore : public ObjectStore {
+ public:
+  // `base`: "http://host:port" or "https://host" (no trailing slash).
+  HttpStore(std::string base, HttpTransport* transport = &HttpTransport::Default(),
+            RetryPolicy retry = {});
+
+  std::string Url(std::string_view key) const override;
+  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  absl::StatusOr<ListResult> List(const ListOptions& options) override;
+  void ReadAsync(ReadRequest request, ReadCallback done) override;
+  absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
+  absl::Status Delete(std::string_view key) override;
+
+ private:
+  const std::string base_;
+  HttpTransport* const transport_;
+  const RetryPolicy retry_;
+};
+
+}  // namespace stoker::io
