@@ -1,0 +1,109 @@
+#include "stoker/io/read/range_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace stoker::io {
+
+std::vector<ByteRange> SplitRange(ByteRange range, uint64_t part_size) {
+  std::vector<ByteRange> parts;
+  if (range.length == 0) return {range};
+  uint64_t end = range.offset + range.length;
+  for (uint64_t offset = range.offset; offset < end; offset += part_size) {
+    parts.push_back({offset, std::min(part_size, end - offset)});
+  }
+  return parts;
+}
+
+CoalescedPlan CoalesceRanges(const std::vector<ByteRange>& ranges, uint64_t max_hole,
+                             uint64_t max_coalesced) {
+  CoalescedPlan plan;
+  plan.sources.resize(ranges.size());
+  std::vector<size_t> order(ranges.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranges[a].offset < ranges[b].offset;
+  });
+  // The fetch being built: [start, end); open == false before the first range.
+  bool open = false;
+  bool open_to_end = false;
+  uint64_t start = 0, end = 0;
+  auto close = [&] {
+    if (open) plan.fetches.push_back({start, open_to_end ? ByteRange::kToEnd : end - start});
+    open = false;
+  };
+  for (size_t i : order) {
+    const ByteRange& r = ranges[i];
+    bool to_end = r.length == ByteRange::kToEnd;
+    uint64_t r_end = to_end ? ByteRange::kToEnd : r.offset + r.length;
+    bool merge = open && !open_to_end && !to_end && r.offset <= end + max_hole &&
+                 std::max(end, r_end) - start <= max_coalesced;
+    if (!merge) {
+      close();
+      open = true;
+      open_to_end = to_end;
+      start = r.offset;
+      end = r_end;
+    } else {
+      end = std::max(end, r_end);
+    }
+    plan.sources[i] = {plan.fetches.size(), r.offset - start};
+  }
+  close();
+  return plan;
+}
+
+CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes_per_second) {
+  double hole = absl::ToDoubleSeconds(time_to_first_byte) * bytes_per_second;
+  if (!(hole > 0)) hole = 0;
+  auto hole_bytes = static_cast<uint64_t>(hole + 0.5);
+  return {hole_bytes, 3 * hole_bytes};
+}
+
+ReadAheadWindow::ReadAheadWindow(uint64_t initial, uint64_t max)
+    : initial_(initial), max_(std::max(initial, max)), window_(initial) {}
+
+uint64_t ReadAheadWindow::OnRead(uint64_t offset, uint64_t length) {
+  if (next_offset_ == kNone) {
+    window_ = initial_;
+  } else if (offset == next_offset_) {
+    window_ = std::min(max_, window_ * 2);
+  } else {
+    window_ = initial_;
+  }
+  next_offset_ = offset + length;
+  return window_;
+}
+
+void LatencyTracker::Record(absl::Duration latency) {
+  absl::MutexLock lock(&mu_);
+  if (samples_.size() < kWindow) {
+    samples_.push_back(latency);
+  } else {
+    samples_[next_] = latency;
+  }
+  next_ = (next_ + 1) % kWindow;
+  ++count_;
+}
+
+absl::Duration LatencyTracker::Median() const {
+  std::vector<absl::Duration> copy;
+  {
+    absl::MutexLock lock(&mu_);
+    copy = samples_;
+  }
+  if (copy.empty()) return absl::ZeroDuration();
+  auto mid = copy.begin() + copy.size() / 2;
+  std::nth_element(copy.begin(), mid, copy.end());
+  return *mid;
+}
+
+absl::Duration LatencyTracker::HedgeDelay() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (count_ < options_.min_samples) return absl::InfiniteDuration();
+  }
+  return std::max(options_.floor, Median() * options_.multiple);
+}
+
+}  // namespace stoker::io
