@@ -1,0 +1,197 @@
+#include "stoker/data/image.h"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "stoker/core/strings.h"
+
+namespace stoker::data {
+namespace {
+
+// One decompressor per thread: creating one costs more than decoding a small image.
+tjhandle Decompressor() {
+  thread_local struct Holder {
+    tjhandle h = tjInitDecompress();
+    ~Holder() { tjDestroy(h); }
+  } holder;
+  return holder.h;
+}
+
+bool IsPng(const Buffer& b) {
+  static const uint8_t kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  return b.size() >= 8 && std::memcmp(b.data(), kSig, 8) == 0;
+}
+
+absl::StatusOr<Tensor> DecodePng(const Buffer& bytes, int channels) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
+    return absl::InvalidArgumentError(StrCat("cannot decode PNG: ", image.message));
+  }
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  if (image.width == 0 || image.height == 0 || image.width > 65535 || image.height > 65535) {
+    png_image_free(&image);
+    return absl::InvalidArgumentError("PNG has an unsupported size");
+  }
+  MutableBuffer out(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, out.data(), 0, nullptr)) {
+    std::string message = image.message;
+    png_image_free(&image);
+    return absl::InvalidArgumentError(StrCat("cannot decode PNG: ", message));
+  }
+  Tensor t{DType::kUint8, {image.height, image.width, channels}, std::move(out).Finish()};
+  return t;
+}
+
+}  // namespace
+
+std::optional<ImageSize> JpegSize(const Buffer& bytes) {
+  if (bytes.size() < 3 || bytes.data()[0] != 0xFF || bytes.data()[1] != 0xD8) return std::nullopt;
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(Decompressor(), bytes.data(), bytes.size(), &w, &h, &subsamp,
+                          &colorspace) != 0) {
+    return std::nullopt;
+  }
+  return ImageSize{w, h};
+}
+
+std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h) {
+  int count = 0;
+  tjscalingfactor* factors = tjGetScalingFactors(&count);
+  std::pair<int, int> best{1, 1};
+  double best_value = 1.0;
+  for (int i = 0; i < count; ++i) {
+    double value = static_cast<double>(factors[i].num) / factors[i].denom;
+    if (value >= best_value) continue;  // only reductions
+    if (TJSCALED(full.width, factors[i]) >= need_w && TJSCALED(full.height, factors[i]) >= need_h) {
+      best = {factors[i].num, factors[i].denom};
+      best_value = value;
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_num,
+                                   int scale_denom) {
+  if (IsPng(bytes)) return DecodePng(bytes, channels);
+  tjhandle tj = Decompressor();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (bytes.size() < 3 || bytes.data()[0] != 0xFF || bytes.data()[1] != 0xD8 ||
+      tjDecompressHeader3(tj, bytes.data(), bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
+    return absl::InvalidArgumentError(
+        StrCat("not a JPEG or PNG image (", bytes.size(), " bytes)"));
+  }
+  tjscalingfactor sf{scale_num, scale_denom};
+  int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+  if (sw <= 0 || sh <= 0 || static_cast<int64_t>(sw) * sh > (int64_t{1} << 28)) {
+    return absl::InvalidArgumentError(StrCat("JPEG has an unsupported size ", w, "x", h));
+  }
+  MutableBuffer out(static_cast<size_t>(sw) * sh * channels);
+  int format = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  if (tjDecompress2(tj, bytes.data(), bytes.size(), out.data(), sw, 0, sh, format, 0) != 0 &&
+      tjGetErrorCode(tj) == TJERR_FATAL) {
+    return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", tjGetErrorStr2(tj)));
+  }
+  return Tensor{DType::kUint8, {sh, sw, channels}, std::move(out).Finish()};
+}
+
+Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
+                  int out_w) {
+  const int ih = static_cast<int>(image.shape[0]), iw = static_cast<int>(image.shape[1]);
+  const int c = static_cast<int>(image.shape[2]);
+  const uint8_t* src = image.values<uint8_t>();
+  MutableBuffer out(static_cast<size_t>(out_h) * out_w * c);
+  uint8_t* dst = out.data();
+  const double sx = w / out_w, sy = h / out_h;
+  // Precompute horizontal taps.
+  std::vector<int> x0s(out_w), x1s(out_w);
+  std::vector<float> fxs(out_w);
+  for (int ox = 0; ox < out_w; ++ox) {
+    double fx = x + (ox + 0.5) * sx - 0.5;
+    fx = std::clamp(fx, 0.0, static_cast<double>(iw - 1));
+    int x0 = static_cast<int>(fx);
+    x0s[ox] = x0;
+    x1s[ox] = std::min(x0 + 1, iw - 1);
+    fxs[ox] = static_cast<float>(fx - x0);
+  }
+  for (int oy = 0; oy < out_h; ++oy) {
+    double fy = y + (oy + 0.5) * sy - 0.5;
+    fy = std::clamp(fy, 0.0, static_cast<double>(ih - 1));
+    int y0 = static_cast<int>(fy);
+    int y1 = std::min(y0 + 1, ih - 1);
+    float wy = static_cast<float>(fy - y0);
+    const uint8_t* row0 = src + static_cast<size_t>(y0) * iw * c;
+    const uint8_t* row1 = src + static_cast<size_t>(y1) * iw * c;
+    uint8_t* o = dst + static_cast<size_t>(oy) * out_w * c;
+    for (int ox = 0; ox < out_w; ++ox) {
+      const float wx = fxs[ox];
+      const uint8_t* a = row0 + x0s[ox] * c;
+      const uint8_t* b = row0 + x1s[ox] * c;
+      const uint8_t* d = row1 + x0s[ox] * c;
+      const uint8_t* e = row1 + x1s[ox] * c;
+      for (int k = 0; k < c; ++k) {
+        float top = a[k] + (b[k] - a[k]) * wx;
+        float bottom = d[k] + (e[k] - d[k]) * wx;
+        float v = top + (bottom - top) * wy;
+        o[ox * c + k] = static_cast<uint8_t>(v + 0.5f);
+      }
+    }
+  }
+  return Tensor{DType::kUint8, {out_h, out_w, c}, std::move(out).Finish()};
+}
+
+Tensor Crop(const Tensor& image, int x, int y, int w, int h) {
+  const int iw = static_cast<int>(image.shape[1]), c = static_cast<int>(image.shape[2]);
+  MutableBuffer out(static_cast<size_t>(w) * h * c);
+  for (int r = 0; r < h; ++r) {
+    std::memcpy(out.data() + static_cast<size_t>(r) * w * c,
+                image.values<uint8_t>() + (static_cast<size_t>(y + r) * iw + x) * c,
+                static_cast<size_t>(w) * c);
+  }
+  return Tensor{DType::kUint8, {h, w, c}, std::move(out).Finish()};
+}
+
+absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  int c = static_cast<int>(image.shape[2]);
+  int rc = tjCompress2(tj, image.values<uint8_t>(), static_cast<int>(image.shape[1]), 0,
+                       static_cast<int>(image.shape[0]), c == 1 ? TJPF_GRAY : TJPF_RGB, &jpeg,
+                       &size, c == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0);
+  if (rc != 0) {
+    std::string message = tjGetErrorStr2(tj);
+    tjDestroy(tj);
+    return absl::InternalError(StrCat("cannot encode JPEG: ", message));
+  }
+  Buffer out = Buffer::Copy(std::string_view(reinterpret_cast<char*>(jpeg), size));
+  tjFree(jpeg);
+  tjDestroy(tj);
+  return out;
+}
+
+absl::StatusOr<Buffer> EncodePng(const Tensor& image) {
+  png_image png;
+  std::memset(&png, 0, sizeof(png));
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.shape[1]);
+  png.height = static_cast<png_uint_32>(image.shape[0]);
+  png.format = image.shape[2] == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&png, nullptr, &size, 0, image.values<uint8_t>(), 0, nullptr)) {
+    return absl::InternalError(StrCat("cannot encode PNG: ", png.message));
+  }
+  MutableBuffer out(size);
+  if (!png_image_write_to_memory(&png, out.data(), &size, 0, image.values<uint8_t>(), 0, nullptr)) {
+    return absl::InternalError(StrCat("cannot encode PNG: ", png.message));
+  }
+  out.Truncate(size);
+  return std::move(out).Finish();
+}
+
+}  // namespace stoker::data

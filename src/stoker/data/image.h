@@ -1,0 +1,45 @@
+// Image primitives for the pipeline's transforms: JPEG (TurboJPEG) and PNG (libpng) decoding to
+// uint8 HWC tensors, optionally at a reduced JPEG DCT scale, and bilinear crop-resize.
+//
+// Thread safety: all functions are thread-safe (TurboJPEG handles are per thread).
+#pragma once
+
+#include <optional>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "stoker/core/buffer.h"
+#include "stoker/data/tensor.h"
+
+namespace stoker::data {
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+// The size of a JPEG from its header; nullopt if `bytes` is not a JPEG.
+std::optional<ImageSize> JpegSize(const Buffer& bytes);
+
+// The largest reduction num/denom TurboJPEG supports such that the image scaled by it is still at
+// least need_w x need_h (1/1 if none is).
+std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h);
+
+// Decodes a JPEG or PNG into uint8 [height, width, channels] (channels 1 or 3). JPEGs are decoded
+// at scale num/denom (e.g. 1/2) when given.
+absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_num = 1,
+                                   int scale_denom = 1);
+
+// Crops the rectangle (x, y, w, h) (in pixels, fractional allowed) out of a uint8 HWC image and
+// resizes it to out_h x out_w with bilinear interpolation (pixel centers aligned).
+Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
+                  int out_w);
+// Exact integer crop (no interpolation).
+Tensor Crop(const Tensor& image, int x, int y, int w, int h);
+
+// A uint8 HWC image encoded as JPEG (tests and the benchmark data generator).
+absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality);
+// A uint8 HWC image (1 or 3 channels) encoded as PNG (tests).
+absl::StatusOr<Buffer> EncodePng(const Tensor& image);
+
+}  // namespace stoker::data

@@ -1,0 +1,352 @@
+#include "stoker/data/pipeline.h"
+
+#include <dlfcn.h>
+#include <openssl/evp.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/data/ops.h"
+#include "stoker/data/source.h"
+#include "stoker/data/sources_format.h"
+#include "stoker/data/transforms.h"
+
+namespace stoker::data {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kStructuralOps = {"shuffle", "batch",  "padded_batch",
+                                                 "bucket_by_length", "repeat", "take",
+                                                 "skip",    "prefetch"};
+
+std::string HexDigest(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < 16 && i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+absl::Status LoadPlugins(ParamReader& top) {
+  std::vector<std::string> plugins = top.StringList("plugins", std::vector<std::string>{});
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    // Never closed: transforms made by the plugin may live as long as the process.
+    void* handle = dlopen(plugins[i].c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* error = dlerror();
+      return absl::InvalidArgumentError(
+          StrCat(IndexPath(top.PathOf("plugins"), i), ": cannot load plugin '", plugins[i],
+                 "': ", error ? error : "unknown error",
+                 " (give a path to a shared library built against this stoker)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Allowed() {
+  std::string out;
+  for (const auto& n : kStructuralOps) out += StrCat(out.empty() ? "" : ", ", n);
+  for (const auto& n : RegisteredTransformNames()) out += StrCat(", ", n);
+  return out;
+}
+
+}  // namespace
+
+struct PipelineBuilder {
+  uint64_t seed = 0;
+  // The source, not yet a node: the first op may turn into the source's own shuffle.
+  std::shared_ptr<IndexedSource> indexed;
+  std::shared_ptr<StreamSource> stream;
+  NodePtr node;
+  std::vector<MapStep> steps;
+  int parallelism = 0;
+
+  absl::Status ParseSource(const json& spec) {
+    if (!spec.contains("source")) {
+      return absl::InvalidArgumentError(
+          "$.source: missing required field; expected an object with one of \"dataset\", "
+          "\"tfrecord\", \"tar\", \"range\", \"memory\"");
+    }
+    ParamReader p(spec["source"], "$.source", "the source");
+    int kinds = 0;
+    for (const char* k : {"dataset", "tfrecord", "tar", "range", "memory"}) kinds += p.Has(k);
+    if (kinds != 1 && spec["source"].is_object()) {
+      return absl::InvalidArgumentError(StrCat(
+          "$.source: expected exactly one of \"dataset\" (a dataset URL), \"tfrecord\" or "
+          "\"tar\" (arrays of URLs), \"range\" (a count), \"memory\" (a registered name); got ",
+          kinds));
+    }
+    if (p.Has("range")) {
+      indexed = MakeRangeSource(p.Int("range", std::nullopt, 0));
+    } else if (p.Has("memory")) {
+      std::string name = p.String("memory");
+      int64_t shards = p.Int("shards", 0, 0, 1 << 20);
+      RETURN_IF_ERROR(p.Finish());
+      if (shards > 0) {
+        stream = MakeMemoryStreamSource(name, static_cast<int>(shards));
+      } else {
+        indexed = FindMemoryDataset(name);
+      }
+      if (!indexed && !stream) {
+        return absl::NotFoundError(StrCat("$.source.memory: no in-memory dataset named '", name,
+                                          "' is registered in this process"));
+      }
+    } else if (p.Has("dataset")) {
+      std::string url = p.String("dataset");
+      RETURN_IF_ERROR(p.Finish());
+      auto opened = OpenFormatDataset(url);
+      if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
+      indexed = *opened;
+    } else if (p.Has("tfrecord") || p.Has("tar")) {
+      bool tar = p.Has("tar");
+      std::vector<std::string> urls = p.StringList(tar ? "tar" : "tfrecord", std::nullopt);
+      RETURN_IF_ERROR(p.Finish());
+      if (urls.empty()) {
+        return absl::InvalidArgumentError(
+            StrCat("$.source.", tar ? "tar" : "tfrecord", ": expected at least one URL"));
+      }
+      auto opened = OpenFormatStream(urls, tar);
+      if (!opened.ok()) return Annotate(opened.status(), StrCat("$.source.", tar ? "tar" : "tfrecord"));
+      stream = *opened;
+    }
+    return p.Finish();
+  }
+
+  void MaterializeSource(std::optional<uint64_t> shuffle_seed, bool reshuffle) {
+    if (node) return;
+    node = indexed ? MakeIndexedSourceNode(indexed, shuffle_seed, reshuffle)
+                   : MakeStreamSourceNode(stream, shuffle_seed);
+  }
+
+  void FlushSteps() {
+    MaterializeSource(std::nullopt, true);
+    if (steps.empty()) return;
+    node = MakeMapNode(node, std::move(steps), parallelism);
+    steps.clear();
+    parallelism = 0;
+  }
+
+  absl::Status ParseOps(const json& ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const std::string path = IndexPath("$.ops", i);
+      const json& op = ops[i];
+      if (!op.is_object() || !op.contains("op") || !op["op"].is_string()) {
+        return absl::InvalidArgumentError(StrCat(
+            path, op.is_object() ? ".op: missing or not a string; expected one of "
+                                 : ": expected an object {\"op\": NAME, ...}; NAME one of ",
+            Allowed()));
+      }
+      const std::string name = op["op"].get<std::string>();
+      ParamReader p(op, path, StrCat("op '", name, "'"));
+      p.String("op");
+      const uint64_t op_seed = MixSeed({seed, i});
+      if (name == "shuffle") {
+        uint64_t s = static_cast<uint64_t>(p.Int("seed", static_cast<int64_t>(seed), 0));
+        int64_t buffer = p.Int("buffer", 1024, 1, int64_t{1} << 30);
+        bool reshuffle = p.Bool("reshuffle_each_epoch", true);
+        RETURN_IF_ERROR(p.Finish());
+        if (!node && steps.empty()) {
+          // Directly on the source: a full permutation (indexed) or a shard-order shuffle
+          // (stream) followed by a buffer.
+          MaterializeSource(MixSeed({s, 0x5ca1ab1e}), reshuffle);
+          if (stream) node = MakeShuffleBufferNode(node, buffer, MixSeed({s, i}), reshuffle);
+        } else {
+          FlushSteps();
+          node = MakeShuffleBufferNode(node, buffer, MixSeed({s, i}), reshuffle);
+        }
+      } else if (name == "batch" || name == "padded_batch") {
+        BatchOptions o;
+        o.size = p.Int("size", std::nullopt, 1, int64_t{1} << 24);
+        o.drop_remainder = p.Bool("drop_remainder", false);
+        o.padded = name == "padded_batch";
+        if (o.padded) o.padding_value = p.Number("padding_value", 0.0);
+        RETURN_IF_ERROR(p.Finish());
+        FlushSteps();
+        node = MakeBatchNode(node, o);
+      } else if (name == "bucket_by_length") {
+        std::string field = p.String("field");
+        auto boundaries = p.IntList("boundaries", std::nullopt, 1, 1024, 1);
+        auto sizes = p.IntList("batch_sizes", std::nullopt, 2, 1025, 1);
+        double padding = p.Number("padding_value", 0.0);
+        bool drop = p.Bool("drop_remainder", false);
+        if (!std::is_sorted(boundaries.begin(), boundaries.end()) ||
+            std::adjacent_find(boundaries.begin(), boundaries.end()) != boundaries.end()) {
+          p.Fail("boundaries", "expected strictly increasing lengths");
+        }
+        if (sizes.size() != boundaries.size() + 1) {
+          p.Fail("batch_sizes", StrCat("expected ", boundaries.size() + 1,
+                                       " batch sizes (one more than boundaries), got ",
+                                       sizes.size()));
+        }
+        RETURN_IF_ERROR(p.Finish());
+        FlushSteps();
+        node = MakeBucketByLengthNode(node, field, boundaries, sizes, padding, drop);
+      } else if (name == "repeat") {
+        int64_t count = p.Int("count", -1, -1);
+        RETURN_IF_ERROR(p.Finish());
+        FlushSteps();
+        node = MakeRepeatNode(node, count);
+      } else if (name == "take" || name == "skip") {
+        int64_t count = p.Int("count", std::nullopt, 0);
+        RETURN_IF_ERROR(p.Finish());
+        FlushSteps();
+        node = name == "take" ? MakeTakeNode(node, count) : MakeSkipNode(node, count);
+      } else if (name == "prefetch") {
+        int64_t buffer = p.Int("buffer", 0, 0, 1 << 20);
+        RETURN_IF_ERROR(p.Finish());
+        FlushSteps();
+        node = MakePrefetchNode(node, buffer);
+      } else if (const TransformFactory* factory = FindTransform(name)) {
+        int64_t par = p.Int("parallelism", 0, 0, 1024);
+        parallelism = std::max<int>(parallelism, static_cast<int>(par));
+        MapStep step{StrCat("ops[", i, "].", name), nullptr, op_seed};
+        // decode_image + random_resized_crop on the same field: decode at a reduced DCT scale.
+        if (name == "decode_image" && i + 1 < ops.size() && ops[i + 1].is_object() &&
+            ops[i + 1].value("op", json()) == "random_resized_crop" &&
+            ops[i + 1].value("field", json()) == op.value("field", json())) {
+          const std::string crop_path = IndexPath("$.ops", i + 1);
+          ParamReader c(ops[i + 1], crop_path, "op 'random_resized_crop'");
+          c.String("op");
+          int64_t crop_par = c.Int("parallelism", 0, 0, 1024);
+          parallelism = std::max<int>(parallelism, static_cast<int>(crop_par));
+          ASSIGN_OR_RETURN(auto t, MakeDecodeRandomResizedCrop(p, c));
+          RETURN_IF_ERROR(p.Finish());
+          RETURN_IF_ERROR(c.Finish());
+          step.name = StrCat("ops[", i, "-", i + 1, "].decode_image+random_resized_crop");
+          step.transform = std::move(t);
+          step.seed = MixSeed({seed, i + 1});
+          ++i;
+        } else {
+          ASSIGN_OR_RETURN(auto t, (*factory)(p));
+          RETURN_IF_ERROR(p.Finish());
+          step.transform = std::move(t);
+        }
+        if (!node && steps.empty()) MaterializeSource(std::nullopt, true);
+        steps.push_back(std::move(step));
+      } else {
+        return absl::InvalidArgumentError(
+            StrCat(path, ".op: unknown op '", name, "'; allowed: ", Allowed(),
+                   " (or an op from a plugin listed in \"plugins\")"));
+      }
+    }
+    FlushSteps();
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& spec) {
+  RegisterBuiltinTransforms();
+  ParamReader top(spec, "$", "the pipeline spec");
+  // Plugins first: their ops may appear in "ops".
+  RETURN_IF_ERROR(LoadPlugins(top));
+  std::shared_ptr<Pipeline> pipeline(new Pipeline);
+  PipelineBuilder b;
+  b.seed = static_cast<uint64_t>(top.Int("seed", 0, 0));
+  pipeline->deterministic_ = top.Bool("deterministic", true);
+  int64_t threads = top.Int("threads", 0, 0, 1024);
+  pipeline->memory_budget_bytes_ = top.Int("memory_budget_mb", 1024, 1, 1 << 24) << 20;
+  top.Raw("source");
+  const json* ops = top.Raw("ops");
+  RETURN_IF_ERROR(top.Finish());
+  if (ops != nullptr && !ops->is_array()) {
+    return absl::InvalidArgumentError(
+        StrCat("$.ops: expected an array of op objects, got ", ops->type_name()));
+  }
+  RETURN_IF_ERROR(b.ParseSource(spec));
+  RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
+  pipeline->root_ = b.node;
+  pipeline->threads_ =
+      threads > 0 ? static_cast<int>(threads)
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  pipeline->spec_ = spec;
+  json canonical = spec;
+  canonical.erase("threads");
+  pipeline->fingerprint_ = HexDigest(canonical.dump());
+  return std::shared_ptr<const Pipeline>(std::move(pipeline));
+}
+
+absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string_view text) {
+  json spec = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (spec.is_discarded()) {
+    // Find the byte offset of the syntax error for the message.
+    try {
+      json unused = json::parse(text.begin(), text.end());
+      (void)unused;
+    } catch (const json::parse_error& e) {
+      return absl::InvalidArgumentError(
+          StrCat("$: the spec is not valid JSON (at byte ", e.byte, ")"));
+    }
+    return absl::InvalidArgumentError("$: the spec is not valid JSON");
+  }
+  return FromJson(spec);
+}
+
+absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("cannot open pipeline spec '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto pipeline = FromString(text.str());
+  if (!pipeline.ok()) return Annotate(pipeline.status(), path);
+  return pipeline;
+}
+
+std::unique_ptr<PipelineIterator> Pipeline::MakeIterator(int64_t epoch, int threads) const {
+  return std::make_unique<PipelineIterator>(shared_from_this(), epoch,
+                                            threads > 0 ? threads : threads_);
+}
+
+PipelineIterator::PipelineIterator(std::shared_ptr<const Pipeline> pipeline, int64_t epoch,
+                                   int threads)
+    : pipeline_(std::move(pipeline)),
+      epoch_(epoch),
+      runtime_(std::make_unique<Runtime>(threads, pipeline_->deterministic_,
+                                         pipeline_->memory_budget_bytes_)) {
+  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_});
+}
+
+PipelineIterator::~PipelineIterator() {
+  root_.reset();  // stops producers and drains pool work before the runtime goes
+}
+
+absl::StatusOr<std::optional<Element>> PipelineIterator::GetNext() { return root_->GetNext(); }
+
+absl::StatusOr<std::string> PipelineIterator::Save() {
+  ASSIGN_OR_RETURN(json state, root_->Save());
+  json token = {{"stoker_iterator", 1},
+                {"fingerprint", pipeline_->fingerprint()},
+                {"epoch", epoch_},
+                {"state", std::move(state)}};
+  return token.dump();
+}
+
+absl::Status PipelineIterator::Restore(std::string_view text) {
+  json token = json::parse(text.begin(), text.end(), nullptr, false);
+  if (token.is_discarded() || !token.is_object() || !token.contains("stoker_iterator") ||
+      !token["fingerprint"].is_string() || !token["epoch"].is_number_integer() ||
+      !token.contains("state")) {
+    return absl::InvalidArgumentError("not an iterator token saved by stoker");
+  }
+  if (token["fingerprint"] != pipeline_->fingerprint()) {
+    return absl::InvalidArgumentError(StrCat(
+        "iterator token was saved by a different pipeline (fingerprint ",
+        token["fingerprint"].get<std::string>(), ", this pipeline ", pipeline_->fingerprint(),
+        "); resume with the same spec"));
+  }
+  root_.reset();
+  epoch_ = token["epoch"].get<int64_t>();
+  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_});
+  return root_->Restore(token["state"]);
+}
+
+}  // namespace stoker::data

@@ -1,0 +1,57 @@
+// Sources: where a pipeline's samples come from. This is the narrow interface the engine needs
+// from the format layer; adapters wrap the format layer's dataset and stream readers.
+//
+// An IndexedSource has a known sample count and reads samples by index (so shuffle is a full
+// permutation); a StreamSource is a list of shards, each read front to back (so shuffle is a
+// shard-order shuffle plus a buffer). Sources produce elements with one key each; undecoded
+// fields have dtype kBytes.
+//
+// Thread safety: both interfaces are thread-safe (Read / OpenShard may be called concurrently);
+// a SampleStream is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "stoker/data/tensor.h"
+
+namespace stoker::data {
+
+class IndexedSource {
+ public:
+  virtual ~IndexedSource() = default;
+  virtual int64_t size() const = 0;
+  // Reads the samples at `indices` (each in [0, size())), in that order, as few large reads.
+  virtual absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const = 0;
+};
+
+class SampleStream {
+ public:
+  virtual ~SampleStream() = default;
+  virtual absl::StatusOr<std::optional<Element>> Next() = 0;
+};
+
+class StreamSource {
+ public:
+  virtual ~StreamSource() = default;
+  virtual int num_shards() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const = 0;
+};
+
+// Samples 0..n-1: key "<i>" (decimal), field "value" = int64 scalar i.
+std::shared_ptr<IndexedSource> MakeRangeSource(int64_t n);
+
+// In-memory datasets, for tests and examples: `{"source": {"memory": "<name>"}}`.
+// Thread-safe.
+void RegisterMemoryDataset(const std::string& name, std::vector<Element> samples);
+std::shared_ptr<IndexedSource> FindMemoryDataset(const std::string& name);
+
+// The same samples as a stream of `num_shards` shards (contiguous runs), for tests.
+std::shared_ptr<StreamSource> MakeMemoryStreamSource(const std::string& name, int num_shards);
+
+}  // namespace stoker::data

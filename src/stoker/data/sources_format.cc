@@ -1,0 +1,96 @@
+#include "stoker/data/sources_format.h"
+
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+
+#ifdef STOKER_HAVE_FORMAT
+#include "stoker/format/dataset.h"
+#include "stoker/format/sample_stream.h"
+#endif
+
+namespace stoker::data {
+
+#ifdef STOKER_HAVE_FORMAT
+namespace {
+
+Element ToElement(format::Sample sample) {
+  Element e;
+  for (format::Field& f : sample.fields) e.fields[f.name] = Tensor::Bytes(std::move(f.value));
+  e.keys.push_back(std::move(sample.key));
+  e.sample_index = sample.index;
+  return e;
+}
+
+class FormatIndexedSource : public IndexedSource {
+ public:
+  explicit FormatIndexedSource(std::shared_ptr<format::Dataset> ds) : ds_(std::move(ds)) {}
+  int64_t size() const override { return static_cast<int64_t>(ds_->size()); }
+  absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const override {
+    std::vector<uint64_t> wanted(indices.begin(), indices.end());
+    ASSIGN_OR_RETURN(std::vector<format::Sample> samples, ds_->ReadSamples(wanted));
+    std::vector<Element> out;
+    out.reserve(samples.size());
+    for (format::Sample& s : samples) out.push_back(ToElement(std::move(s)));
+    return out;
+  }
+
+ private:
+  std::shared_ptr<format::Dataset> ds_;
+};
+
+class FormatStream : public SampleStream {
+ public:
+  explicit FormatStream(std::unique_ptr<format::SampleStream> s) : s_(std::move(s)) {}
+  absl::StatusOr<std::optional<Element>> Next() override {
+    ASSIGN_OR_RETURN(std::optional<format::Sample> s, s_->Next());
+    if (!s) return std::nullopt;
+    return ToElement(std::move(*s));
+  }
+
+ private:
+  std::unique_ptr<format::SampleStream> s_;
+};
+
+class FormatStreamSource : public StreamSource {
+ public:
+  FormatStreamSource(std::vector<std::string> urls, bool tar) : urls_(std::move(urls)), tar_(tar) {}
+  int num_shards() const override { return static_cast<int>(urls_.size()); }
+  absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const override {
+    format::StreamOptions options;
+    options.format = tar_ ? format::StreamFormat::kTar : format::StreamFormat::kTfRecord;
+    ASSIGN_OR_RETURN(auto s, format::OpenSampleStream(urls_[shard], options));
+    return std::unique_ptr<SampleStream>(new FormatStream(std::move(s)));
+  }
+
+ private:
+  std::vector<std::string> urls_;
+  bool tar_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url) {
+  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(url));
+  return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds)));
+}
+
+absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
+                                                              bool tar) {
+  return std::shared_ptr<StreamSource>(new FormatStreamSource(std::move(urls), tar));
+}
+
+#else
+
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url) {
+  return absl::UnimplementedError(
+      StrCat("cannot open '", url, "': this build has no shard format layer (stoker_format)"));
+}
+
+absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
+                                                              bool tar) {
+  return absl::UnimplementedError("this build has no shard format layer (stoker_format)");
+}
+
+#endif
+
+}  // namespace stoker::data

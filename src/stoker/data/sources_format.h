@@ -1,0 +1,23 @@
+// Adapters from the format layer (src/stoker/format/) to the pipeline's source interfaces.
+// In a build without the format layer they return Unimplemented.
+//
+// Thread safety: the functions and the returned sources are thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "stoker/data/source.h"
+
+namespace stoker::data {
+
+// A converted stoker dataset (prefix, manifest.json or one .stk shard), read by sample index.
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url);
+
+// TFRecord (tar = false) or WebDataset tar (tar = true) files, one shard per URL.
+absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
+                                                              bool tar);
+
+}  // namespace stoker::data

@@ -1,0 +1,104 @@
+#include "stoker/data/tensor.h"
+
+#include <charconv>
+#include <cstring>
+
+#include "stoker/core/strings.h"
+
+namespace stoker::data {
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kFloat32: return "float32";
+    case DType::kBytes: return "bytes";
+  }
+  return "?";
+}
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  for (DType d : {DType::kUint8, DType::kInt32, DType::kInt64, DType::kFloat32, DType::kBytes}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return std::nullopt;
+}
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kFloat32: return 4;
+    case DType::kBytes: return 1;
+  }
+  return 1;
+}
+
+int64_t Tensor::NumValues() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Tensor::ShapeString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += StrCat(i ? "," : "", shape[i]);
+  return s + "]";
+}
+
+Tensor Tensor::Scalar(int64_t value) {
+  MutableBuffer b(sizeof(value));
+  std::memcpy(b.data(), &value, sizeof(value));
+  return Tensor{DType::kInt64, {}, std::move(b).Finish()};
+}
+
+Tensor Tensor::FromFloats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  MutableBuffer b(values.size() * sizeof(float));
+  std::memcpy(b.data(), values.data(), b.size());
+  return Tensor{DType::kFloat32, std::move(shape), std::move(b).Finish()};
+}
+
+size_t Element::ByteSize() const {
+  size_t n = 0;
+  for (const auto& [name, t] : fields) n += t.data.size();
+  return n;
+}
+
+absl::StatusOr<const Tensor*> Element::Field(std::string_view name) const {
+  auto it = fields.find(std::string(name));
+  if (it != fields.end()) return &it->second;
+  std::string present;
+  for (const auto& [n, t] : fields) present += StrCat(present.empty() ? "" : ", ", n);
+  return absl::NotFoundError(StrCat("sample '", FirstKey(), "' has no field '", name,
+                                    "' (fields: ", present.empty() ? "none" : present, ")"));
+}
+
+absl::StatusOr<int64_t> ScalarAsInt(const Tensor& t) {
+  if (t.dtype == DType::kBytes) {
+    std::string_view text = t.data.view();
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r'))
+      text.remove_suffix(1);
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
+      return absl::InvalidArgumentError(
+          StrCat("expected decimal integer text, got '", text.substr(0, 32), "'"));
+    }
+    return v;
+  }
+  if (t.NumValues() != 1 || t.data.size() < DTypeSize(t.dtype)) {
+    return absl::InvalidArgumentError(StrCat("expected a scalar, got shape ", t.ShapeString()));
+  }
+  switch (t.dtype) {
+    case DType::kUint8: return t.values<uint8_t>()[0];
+    case DType::kInt32: { int32_t v; std::memcpy(&v, t.data.data(), 4); return v; }
+    case DType::kInt64: { int64_t v; std::memcpy(&v, t.data.data(), 8); return v; }
+    case DType::kFloat32: { float v; std::memcpy(&v, t.data.data(), 4); return static_cast<int64_t>(v); }
+    default: break;
+  }
+  return absl::InvalidArgumentError("not a number");
+}
+
+}  // namespace stoker::data

@@ -1,0 +1,66 @@
+// Tensors and elements: what flows between pipeline stages.
+//
+// A Tensor is a dtype, a shape and one contiguous, immutable Buffer (row-major). Because the bytes
+// live in a stoker::Buffer, a batch can be handed to numpy or torch without a copy. An Element is a
+// set of named tensors plus the keys of the samples it was made from (one key before `batch`, one
+// per sample after).
+//
+// Thread safety: Tensor and Element are values; distinct objects may be used from different
+// threads concurrently (their Buffers are read-only).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "stoker/core/buffer.h"
+
+namespace stoker::data {
+
+// kBytes is an undecoded field (a JPEG, a text file): shape [] and the raw bytes as data.
+enum class DType { kUint8, kInt32, kInt64, kFloat32, kBytes };
+
+std::string_view DTypeName(DType dtype);
+std::optional<DType> DTypeFromName(std::string_view name);
+// Size of one value in bytes; 1 for kBytes.
+size_t DTypeSize(DType dtype);
+
+struct Tensor {
+  DType dtype = DType::kBytes;
+  std::vector<int64_t> shape;  // empty for a scalar
+  Buffer data;
+
+  int64_t NumValues() const;  // product of shape (1 for a scalar)
+  std::string ShapeString() const;  // "[224,224,3]"
+
+  static Tensor Bytes(Buffer bytes) { return Tensor{DType::kBytes, {}, std::move(bytes)}; }
+  static Tensor Scalar(int64_t value);
+  static Tensor FromFloats(std::vector<int64_t> shape, const std::vector<float>& values);
+  template <typename T>
+  const T* values() const {
+    return reinterpret_cast<const T*>(data.data());
+  }
+};
+
+struct Element {
+  std::map<std::string, Tensor> fields;  // sorted by name, so iteration order is stable
+  std::vector<std::string> keys;
+  // Identity of the element for derived randomness: the source's sample index (for a batch, that
+  // of its first sample) and the epoch it was read in.
+  uint64_t sample_index = 0;
+  int64_t epoch = 0;
+
+  size_t ByteSize() const;
+  // The field `name`, or NotFound naming the field, the key and the fields present.
+  absl::StatusOr<const Tensor*> Field(std::string_view name) const;
+  std::string FirstKey() const { return keys.empty() ? std::string() : keys.front(); }
+};
+
+// Reads a scalar numeric tensor (any integer or float dtype) or decimal text (kBytes) as int64.
+absl::StatusOr<int64_t> ScalarAsInt(const Tensor& tensor);
+
+}  // namespace stoker::data

@@ -1,0 +1,490 @@
+#include "stoker/data/transforms.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "absl/synchronization/mutex.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/data/image.h"
+
+namespace stoker::data {
+namespace {
+
+using Result = absl::StatusOr<std::optional<Element>>;
+
+// Checks that `t` is a decoded uint8 image [H, W, C].
+absl::Status CheckImage(const Tensor& t, const std::string& field) {
+  if (t.dtype != DType::kUint8 || t.shape.size() != 3) {
+    return absl::InvalidArgumentError(
+        StrCat("field '", field, "' must be a decoded uint8 image [height, width, channels], got ",
+               DTypeName(t.dtype), " ", t.ShapeString(),
+               t.dtype == DType::kBytes ? " (add decode_image first)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+class DecodeImageOp : public Transform {
+ public:
+  explicit DecodeImageOp(ParamReader& p)
+      : field_(p.String("field")),
+        channels_(static_cast<int>(p.Int("channels", 3, 1, 3))),
+        skip_errors_(p.String("on_error", "fail", {"fail", "skip"}) == "skip") {
+    if (channels_ == 2) p.Fail("channels", "expected 1 (gray) or 3 (RGB), got 2");
+  }
+  Result Apply(Element e, Rng& rng) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    if (t->dtype != DType::kBytes) {
+      return absl::InvalidArgumentError(
+          StrCat("field '", field_, "' is already decoded (", DTypeName(t->dtype), ")"));
+    }
+    auto image = Decode(*t, rng);
+    if (!image.ok()) {
+      if (skip_errors_) return std::nullopt;
+      return Annotate(image.status(), StrCat("decode_image field '", field_, "'"));
+    }
+    e.fields[field_] = std::move(*image);
+    return e;
+  }
+
+ protected:
+  virtual absl::StatusOr<Tensor> Decode(const Tensor& bytes, Rng& rng) const {
+    return DecodeImage(bytes.data, channels_);
+  }
+  std::string field_;
+  int channels_;
+  bool skip_errors_;
+};
+
+class Resize : public Transform {
+ public:
+  explicit Resize(ParamReader& p) : field_(p.String("field")), size_(p.Size("size")) {}
+  Result Apply(Element e, Rng&) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    RETURN_IF_ERROR(CheckImage(*t, field_));
+    e.fields[field_] = CropResize(*t, 0, 0, t->shape[1], t->shape[0], size_.first, size_.second);
+    return e;
+  }
+
+ private:
+  std::string field_;
+  std::pair<int, int> size_;
+};
+
+class CenterCrop : public Transform {
+ public:
+  explicit CenterCrop(ParamReader& p) : field_(p.String("field")), size_(p.Size("size")) {}
+  Result Apply(Element e, Rng&) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    RETURN_IF_ERROR(CheckImage(*t, field_));
+    int h = static_cast<int>(t->shape[0]), w = static_cast<int>(t->shape[1]);
+    if (size_.first > h || size_.second > w) {
+      return absl::InvalidArgumentError(
+          StrCat("center_crop ", size_.first, "x", size_.second, " is larger than the ", h, "x", w,
+                 " image in field '", field_, "'; resize first"));
+    }
+    e.fields[field_] =
+        Crop(*t, (w - size_.second) / 2, (h - size_.first) / 2, size_.second, size_.first);
+    return e;
+  }
+
+ private:
+  std::string field_;
+  std::pair<int, int> size_;
+};
+
+struct Rect {
+  double x, y, w, h;
+};
+
+// Random area fraction in `scale` and aspect ratio (log-uniform) in `ratio`; 10 tries, then the
+// largest centered crop with a ratio in range.
+class RandomResizedCrop : public Transform {
+ public:
+  explicit RandomResizedCrop(ParamReader& p)
+      : field_(p.String("field")),
+        size_(p.Size("size")),
+        scale_(p.NumberList("scale", std::vector<double>{0.08, 1.0}, 2, 2, 1e-6, 1.0)),
+        ratio_(p.NumberList("ratio", std::vector<double>{3.0 / 4, 4.0 / 3}, 2, 2, 1e-3, 1e3)),
+        dct_scale_(p.Bool("dct_scale", true)) {
+    if (scale_[0] > scale_[1]) p.Fail("scale", "expected [min, max] with min <= max");
+    if (ratio_[0] > ratio_[1]) p.Fail("ratio", "expected [min, max] with min <= max");
+  }
+  Result Apply(Element e, Rng& rng) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    RETURN_IF_ERROR(CheckImage(*t, field_));
+    Rect r = PickRect(static_cast<int>(t->shape[1]), static_cast<int>(t->shape[0]), rng);
+    e.fields[field_] = CropResize(*t, r.x, r.y, r.w, r.h, size_.first, size_.second);
+    return e;
+  }
+
+  Rect PickRect(int width, int height, Rng& rng) const {
+    const double area = static_cast<double>(width) * height;
+    const double log_lo = std::log(ratio_[0]), log_hi = std::log(ratio_[1]);
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      double target = area * rng.Uniform(scale_[0], scale_[1]);
+      double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+      int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+      int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+      if (w > 0 && h > 0 && w <= width && h <= height) {
+        int x = static_cast<int>(rng.Below(width - w + 1));
+        int y = static_cast<int>(rng.Below(height - h + 1));
+        return {double(x), double(y), double(w), double(h)};
+      }
+    }
+    double in_ratio = static_cast<double>(width) / height;
+    double w = width, h = height;
+    if (in_ratio < ratio_[0]) {
+      h = std::round(w / ratio_[0]);
+    } else if (in_ratio > ratio_[1]) {
+      w = std::round(h * ratio_[1]);
+    }
+    return {(width - w) / 2, (height - h) / 2, w, h};
+  }
+  const std::string& field() const { return field_; }
+  std::pair<int, int> size() const { return size_; }
+  bool dct_scale() const { return dct_scale_; }
+
+ private:
+  std::string field_;
+  std::pair<int, int> size_;
+  std::vector<double> scale_, ratio_;
+  bool dct_scale_;  // used when fused with decode_image
+};
+
+class DecodeRandomResizedCrop : public DecodeImageOp {
+ public:
+  DecodeRandomResizedCrop(ParamReader& decode, ParamReader& crop)
+      : DecodeImageOp(decode), crop_(crop) {}
+
+ protected:
+  absl::StatusOr<Tensor> Decode(const Tensor& bytes, Rng& rng) const override {
+    auto [out_h, out_w] = crop_.size();
+    std::optional<ImageSize> full = JpegSize(bytes.data);
+    if (!full || !crop_.dct_scale()) {
+      ASSIGN_OR_RETURN(Tensor image, DecodeImage(bytes.data, channels_));
+      Rect r = crop_.PickRect(static_cast<int>(image.shape[1]), static_cast<int>(image.shape[0]), rng);
+      return CropResize(image, r.x, r.y, r.w, r.h, out_h, out_w);
+    }
+    Rect r = crop_.PickRect(full->width, full->height, rng);
+    // Smallest scale at which the crop still has at least the output's pixels.
+    int need_w = static_cast<int>(std::ceil(out_w * full->width / r.w));
+    int need_h = static_cast<int>(std::ceil(out_h * full->height / r.h));
+    auto [num, denom] = PickJpegScale(*full, need_w, need_h);
+    ASSIGN_OR_RETURN(Tensor image, DecodeImage(bytes.data, channels_, num, denom));
+    double fx = static_cast<double>(image.shape[1]) / full->width;
+    double fy = static_cast<double>(image.shape[0]) / full->height;
+    return CropResize(image, r.x * fx, r.y * fy, r.w * fx, r.h * fy, out_h, out_w);
+  }
+
+ private:
+  RandomResizedCrop crop_;
+};
+
+class Flip : public Transform {
+ public:
+  explicit Flip(ParamReader& p)
+      : field_(p.String("field")),
+        p_(p.Number("p", 0.5, 0.0, 1.0)),
+        vertical_(p.String("direction", "horizontal", {"horizontal", "vertical"}) == "vertical") {}
+  Result Apply(Element e, Rng& rng) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    if (t->dtype == DType::kBytes || t->shape.size() < 2 || t->shape.size() > 3) {
+      return absl::InvalidArgumentError(StrCat("flip: field '", field_,
+                                                "' must be an image [height, width(, channels)], got ",
+                                                DTypeName(t->dtype), " ", t->ShapeString()));
+    }
+    if (rng.Uniform() >= p_) return e;
+    const int64_t h = t->shape[0], w = t->shape[1];
+    const size_t pixel = DTypeSize(t->dtype) * (t->shape.size() == 3 ? t->shape[2] : 1);
+    MutableBuffer out(t->data.size());
+    const uint8_t* src = t->data.data();
+    for (int64_t y = 0; y < h; ++y) {
+      const uint8_t* row = src + (vertical_ ? (h - 1 - y) : y) * w * pixel;
+      uint8_t* dst = out.data() + y * w * pixel;
+      if (vertical_) {
+        std::memcpy(dst, row, w * pixel);
+      } else {
+        for (int64_t x = 0; x < w; ++x) std::memcpy(dst + x * pixel, row + (w - 1 - x) * pixel, pixel);
+      }
+    }
+    e.fields[field_] = Tensor{t->dtype, t->shape, std::move(out).Finish()};
+    return e;
+  }
+
+ private:
+  std::string field_;
+  double p_;
+  bool vertical_;
+};
+
+class Normalize : public Transform {
+ public:
+  explicit Normalize(ParamReader& p)
+      : field_(p.String("field")),
+        mean_(p.NumberList("mean", std::vector<double>{0.0}, 1, 4)),
+        std_(p.NumberList("std", std::vector<double>{1.0}, 1, 4, 1e-12, 1e12)),
+        chw_(p.String("layout", "HWC", {"HWC", "CHW"}) == "CHW"),
+        scale_(p.Number("scale", 1.0 / 255.0)) {}
+  Result Apply(Element e, Rng&) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    if ((t->dtype != DType::kUint8 && t->dtype != DType::kFloat32) || t->shape.size() != 3) {
+      return absl::InvalidArgumentError(StrCat("normalize: field '", field_,
+                                                "' must be an image [height, width, channels] "
+                                                "of uint8 or float32, got ",
+                                                DTypeName(t->dtype), " ", t->ShapeString()));
+    }
+    const int64_t h = t->shape[0], w = t->shape[1], c = t->shape[2];
+    if ((mean_.size() != 1 && static_cast<int64_t>(mean_.size()) != c) ||
+        (std_.size() != 1 && static_cast<int64_t>(std_.size()) != c)) {
+      return absl::InvalidArgumentError(StrCat("normalize: field '", field_, "' has ", c,
+                                                " channels but mean/std have ", mean_.size(), "/",
+                                                std_.size(), " values"));
+    }
+    // out = (x * scale - mean) / std = x * a + b
+    std::vector<float> a(c), b(c);
+    for (int64_t k = 0; k < c; ++k) {
+      double m = mean_.size() == 1 ? mean_[0] : mean_[k];
+      double s = std_.size() == 1 ? std_[0] : std_[k];
+      double in_scale = t->dtype == DType::kUint8 ? scale_ : 1.0;
+      a[k] = static_cast<float>(in_scale / s);
+      b[k] = static_cast<float>(-m / s);
+    }
+    MutableBuffer out(static_cast<size_t>(h * w * c) * sizeof(float));
+    float* dst = reinterpret_cast<float*>(out.data());
+    const int64_t plane = h * w;
+    for (int64_t i = 0; i < plane; ++i) {
+      for (int64_t k = 0; k < c; ++k) {
+        float x = t->dtype == DType::kUint8 ? t->values<uint8_t>()[i * c + k]
+                                            : t->values<float>()[i * c + k];
+        dst[chw_ ? k * plane + i : i * c + k] = x * a[k] + b[k];
+      }
+    }
+    std::vector<int64_t> shape = chw_ ? std::vector<int64_t>{c, h, w} : t->shape;
+    e.fields[field_] = Tensor{DType::kFloat32, std::move(shape), std::move(out).Finish()};
+    return e;
+  }
+
+ private:
+  std::string field_;
+  std::vector<double> mean_, std_;
+  bool chw_;
+  double scale_;
+};
+
+template <typename From, typename To>
+void Convert(const uint8_t* src, uint8_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    From v;
+    std::memcpy(&v, src + i * sizeof(From), sizeof(From));
+    To o = static_cast<To>(v);
+    std::memcpy(dst + i * sizeof(To), &o, sizeof(To));
+  }
+}
+
+template <typename From>
+void ConvertFrom(DType to, const uint8_t* src, uint8_t* dst, int64_t n) {
+  switch (to) {
+    case DType::kUint8: Convert<From, uint8_t>(src, dst, n); break;
+    case DType::kInt32: Convert<From, int32_t>(src, dst, n); break;
+    case DType::kInt64: Convert<From, int64_t>(src, dst, n); break;
+    case DType::kFloat32: Convert<From, float>(src, dst, n); break;
+    case DType::kBytes: break;
+  }
+}
+
+// cast: between numeric dtypes; from bytes, "uint8" gives the raw bytes as a 1-D tensor and the
+// other dtypes parse decimal text as a scalar (WebDataset's "cls" files).
+class Cast : public Transform {
+ public:
+  explicit Cast(ParamReader& p) : field_(p.String("field")) {
+    std::string to = p.String("to", std::nullopt, {"uint8", "int32", "int64", "float32"});
+    to_ = DTypeFromName(to).value_or(DType::kUint8);
+  }
+  Result Apply(Element e, Rng&) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    if (t->dtype == to_) return e;
+    Tensor out;
+    if (t->dtype == DType::kBytes) {
+      if (to_ == DType::kUint8) {
+        out = Tensor{DType::kUint8, {static_cast<int64_t>(t->data.size())}, t->data};
+      } else {
+        auto v = ScalarAsInt(*t);
+        if (!v.ok()) return Annotate(v.status(), StrCat("cast field '", field_, "'"));
+        Tensor scalar = Tensor::Scalar(*v);
+        MutableBuffer buf(DTypeSize(to_));
+        ConvertFrom<int64_t>(to_, scalar.data.data(), buf.data(), 1);
+        out = Tensor{to_, {}, std::move(buf).Finish()};
+      }
+    } else {
+      int64_t n = t->NumValues();
+      MutableBuffer buf(n * DTypeSize(to_));
+      switch (t->dtype) {
+        case DType::kUint8: ConvertFrom<uint8_t>(to_, t->data.data(), buf.data(), n); break;
+        case DType::kInt32: ConvertFrom<int32_t>(to_, t->data.data(), buf.data(), n); break;
+        case DType::kInt64: ConvertFrom<int64_t>(to_, t->data.data(), buf.data(), n); break;
+        case DType::kFloat32: ConvertFrom<float>(to_, t->data.data(), buf.data(), n); break;
+        case DType::kBytes: break;
+      }
+      out = Tensor{to_, t->shape, std::move(buf).Finish()};
+    }
+    e.fields[field_] = std::move(out);
+    return e;
+  }
+
+ private:
+  std::string field_;
+  DType to_;
+};
+
+// filter: keeps elements whose `field` value is in `in`, and/or whose length (first dimension;
+// byte count for bytes) lies in [min_length, max_length].
+class Filter : public Transform {
+ public:
+  explicit Filter(ParamReader& p) : field_(p.String("field")) {
+    if (p.Has("in")) {
+      auto in = p.IntList("in", std::nullopt, 0, 1 << 20);
+      values_ = std::set<int64_t>(in.begin(), in.end());
+    }
+    min_length_ = p.Int("min_length", 0, 0);
+    max_length_ = p.Int("max_length", INT64_MAX, 0);
+    if (!values_ && !p.Has("min_length") && !p.Has("max_length")) {
+      p.Fail("in", "filter needs a condition: \"in\" (values to keep), \"min_length\" or "
+                   "\"max_length\"");
+    }
+  }
+  Result Apply(Element e, Rng&) const override {
+    ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
+    if (values_) {
+      auto v = ScalarAsInt(*t);
+      if (!v.ok()) return Annotate(v.status(), StrCat("filter field '", field_, "'"));
+      if (!values_->count(*v)) return std::nullopt;
+    }
+    int64_t length = t->dtype == DType::kBytes ? static_cast<int64_t>(t->data.size())
+                     : t->shape.empty()        ? 1
+                                               : t->shape[0];
+    if (length < min_length_ || length > max_length_) return std::nullopt;
+    return e;
+  }
+
+ private:
+  std::string field_;
+  std::optional<std::set<int64_t>> values_;
+  int64_t min_length_, max_length_;
+};
+
+// map_field: "rename" {old: new}, then "drop" [names] or "keep" [names].
+class MapField : public Transform {
+ public:
+  explicit MapField(ParamReader& p) {
+    if (const nlohmann::json* r = p.Raw("rename")) {
+      if (!r->is_object()) {
+        p.Fail("rename", StrCat("expected an object {\"old\": \"new\"}, got ", r->type_name()));
+      } else {
+        for (auto it = r->begin(); it != r->end(); ++it) {
+          if (!it.value().is_string()) {
+            p.Fail(StrCat("rename.", it.key()), "expected a string (the new field name)");
+            break;
+          }
+          rename_[it.key()] = it.value().get<std::string>();
+        }
+      }
+    }
+    drop_ = p.StringList("drop", std::vector<std::string>{});
+    if (p.Has("keep")) keep_ = p.StringList("keep", std::nullopt);
+    if (rename_.empty() && drop_.empty() && !keep_) {
+      p.Fail("rename", "map_field needs \"rename\", \"drop\" or \"keep\"");
+    }
+  }
+  Result Apply(Element e, Rng&) const override {
+    for (const auto& [from, to] : rename_) {
+      auto it = e.fields.find(from);
+      if (it == e.fields.end()) return e.Field(from).status();
+      Tensor t = std::move(it->second);
+      e.fields.erase(it);
+      e.fields[to] = std::move(t);
+    }
+    for (const auto& name : drop_) e.fields.erase(name);
+    if (keep_) {
+      std::map<std::string, Tensor> kept;
+      for (const auto& name : *keep_) {
+        auto it = e.fields.find(name);
+        if (it == e.fields.end()) return e.Field(name).status();
+        kept[name] = std::move(it->second);
+      }
+      e.fields = std::move(kept);
+    }
+    return e;
+  }
+
+ private:
+  std::map<std::string, std::string> rename_;
+  std::vector<std::string> drop_;
+  std::optional<std::vector<std::string>> keep_;
+};
+
+absl::Mutex registry_mu(absl::kConstInit);
+std::map<std::string, TransformFactory>& Factories() {
+  static auto* factories = new std::map<std::string, TransformFactory>;
+  return *factories;
+}
+
+template <typename T>
+TransformFactory FactoryOf() {
+  return [](ParamReader& p) -> absl::StatusOr<std::unique_ptr<Transform>> {
+    return std::unique_ptr<Transform>(new T(p));
+  };
+}
+
+}  // namespace
+
+absl::Status RegisterTransform(const std::string& name, TransformFactory factory) {
+  absl::MutexLock lock(&registry_mu);
+  if (!Factories().emplace(name, std::move(factory)).second) {
+    return absl::AlreadyExistsError(StrCat("an op named '", name, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+const TransformFactory* FindTransform(const std::string& name) {
+  absl::MutexLock lock(&registry_mu);
+  auto it = Factories().find(name);
+  return it == Factories().end() ? nullptr : &it->second;  // entries are never removed
+}
+
+std::vector<std::string> RegisteredTransformNames() {
+  absl::MutexLock lock(&registry_mu);
+  std::vector<std::string> names;
+  for (const auto& [name, f] : Factories()) names.push_back(name);
+  return names;
+}
+
+internal::TransformRegistrar::TransformRegistrar(const char* name, TransformFactory factory) {
+  absl::Status s = RegisterTransform(name, std::move(factory));
+  if (!s.ok()) std::fprintf(stderr, "stoker: plugin: %s\n", std::string(s.message()).c_str());
+}
+
+void RegisterBuiltinTransforms() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    (void)RegisterTransform("decode_image", FactoryOf<DecodeImageOp>());
+    (void)RegisterTransform("resize", FactoryOf<Resize>());
+    (void)RegisterTransform("center_crop", FactoryOf<CenterCrop>());
+    (void)RegisterTransform("random_resized_crop", FactoryOf<RandomResizedCrop>());
+    (void)RegisterTransform("flip", FactoryOf<Flip>());
+    (void)RegisterTransform("normalize", FactoryOf<Normalize>());
+    (void)RegisterTransform("cast", FactoryOf<Cast>());
+    (void)RegisterTransform("filter", FactoryOf<Filter>());
+    (void)RegisterTransform("map_field", FactoryOf<MapField>());
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
+                                                                      ParamReader& crop) {
+  return std::unique_ptr<Transform>(new DecodeRandomResizedCrop(decode, crop));
+}
+
+}  // namespace stoker::data

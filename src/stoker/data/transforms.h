@@ -1,0 +1,21 @@
+// The built-in element-wise ops (decode_image, resize, center_crop, random_resized_crop, flip,
+// normalize, cast, filter, map_field). pipeline.cc registers them once; docs/pipeline.md lists
+// their parameters.
+#pragma once
+
+#include <memory>
+
+#include "stoker/data/transform.h"
+
+namespace stoker::data {
+
+// Registers the built-in transforms (idempotent, thread-safe).
+void RegisterBuiltinTransforms();
+
+// decode_image immediately followed by random_resized_crop on the same field: decodes JPEGs at
+// the smallest DCT scale that still covers the crop at the output size. `decode` and `crop` are
+// the two ops' spec objects; the crop's randomness is used.
+absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
+                                                                      ParamReader& crop);
+
+}  // namespace stoker::data
