@@ -24,7 +24,8 @@
 //   shard URL (*.stk), which is read as a one-shard dataset.
 // ---------------------------------------------------------------------------------------------
 //
-// Thread safety: a Dataset is immutable after Open and every method is thread-safe.
+// Thread safety: a Dataset is immutable after Open and every method is thread-safe. Destroying a
+// Dataset waits for its reads in flight; do not drop the last reference inside a `done` callback.
 #pragma once
 
 #include <cstdint>
@@ -93,12 +94,14 @@ class Dataset {
  private:
   std::string base_url_;
   std::shared_ptr<io::ObjectStore> store_;
-  std::shared_ptr<io::RangedReader> reader_;
   std::vector<std::string> shard_keys_;  // store keys, manifest order
   Manifest manifest_;
   SampleDirectory directory_;
   DatasetOptions options_;
   std::shared_ptr<CorruptionReport> report_;
+  // Last, so that it is destroyed first: its destructor waits for reads whose callbacks use the
+  // members above.
+  std::shared_ptr<io::RangedReader> reader_;
 };
 
 // Checks every record of shard `url` (CRC, structure, key against the index), reading it

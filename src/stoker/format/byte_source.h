@@ -1,0 +1,59 @@
+// ByteSource: reads one object front to back in large chunks through the RangedReader (which splits
+// each chunk into concurrent parts), prefetching the next chunk while the current one is parsed.
+// Parsers take exactly the bytes they need; a request that spans chunks is served by one copy.
+//
+// Thread safety: used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "stoker/core/buffer.h"
+#include "stoker/io/read/ranged_reader.h"
+
+namespace stoker::format {
+
+class ByteSource {
+ public:
+  // Stats the object (NotFound names the URL).
+  static absl::StatusOr<std::unique_ptr<ByteSource>> Open(std::shared_ptr<io::RangedReader> reader,
+                                                          std::string key, std::string url,
+                                                          uint64_t chunk_bytes);
+  ~ByteSource();
+
+  // Exactly `n` bytes from the current position, or OutOfRange-free DataLoss when fewer than `n`
+  // remain (callers check remaining() first for a clean "truncated" message). Never allocates more
+  // than remaining() bytes.
+  absl::StatusOr<Buffer> Read(uint64_t n);
+  absl::Status Skip(uint64_t n);
+  uint64_t position() const { return position_; }
+  uint64_t size() const { return size_; }
+  uint64_t remaining() const { return size_ - position_; }
+  const std::string& url() const { return url_; }
+
+ private:
+  struct Fetch;
+  ByteSource(std::shared_ptr<io::RangedReader> reader, std::string key, std::string url,
+             uint64_t size, std::string etag, uint64_t chunk_bytes);
+  // Makes `chunk_` hold the bytes at position_ (fetching the next chunk, using the prefetch).
+  absl::Status Refill();
+  void StartPrefetch(uint64_t offset);
+
+  std::shared_ptr<io::RangedReader> reader_;
+  std::string key_;
+  std::string url_;
+  uint64_t size_;
+  std::string etag_;
+  uint64_t chunk_bytes_;
+  uint64_t position_ = 0;
+  Buffer chunk_;               // bytes [chunk_offset_, chunk_offset_ + chunk_.size())
+  uint64_t chunk_offset_ = 0;
+  std::shared_ptr<Fetch> prefetch_;  // the next chunk, in flight or done
+};
+
+}  // namespace stoker::format

@@ -1,0 +1,164 @@
+#include "stoker/format/convert.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "stoker/core/strings.h"
+#include "stoker/format/dataset.h"
+#include "stoker/format/tfrecord.h"
+
+namespace stoker::format {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "stoker-convert-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string Bytes(int seed, size_t size) {
+  std::string s(size, '\0');
+  std::mt19937 rng(seed);
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+void WriteFile(const std::string& path, std::string_view bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// key → field → bytes, for comparing a dataset with its source.
+using Expected = std::map<std::string, std::map<std::string, std::string>>;
+
+void ExpectDataset(const std::string& url, const Expected& expected) {
+  auto ds = Dataset::Open(url);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->size(), expected.size());
+  std::vector<uint64_t> all((*ds)->size());
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = all.size() - 1 - i;
+  auto samples = (*ds)->ReadSamples(all);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  for (const Sample& s : *samples) {
+    auto it = expected.find(s.key);
+    ASSERT_NE(it, expected.end()) << s.key;
+    std::map<std::string, std::string> fields;
+    for (const Field& f : s.fields) fields[f.name] = f.value.ToString();
+    EXPECT_EQ(fields, it->second) << s.key;
+  }
+  for (size_t shard = 0; shard < (*ds)->directory().shard_count(); ++shard) {
+    EXPECT_TRUE(VerifyShard((*ds)->ShardUrl(shard)).ok());
+  }
+}
+
+TEST(ConvertTest, FolderTree) {
+  TempDir dir;
+  Expected expected;
+  std::vector<std::string> classes = {"zebra", "ant", "moose"};  // sorted: ant=0 moose=1 zebra=2
+  std::map<std::string, int> index = {{"ant", 0}, {"moose", 1}, {"zebra", 2}};
+  int seed = 0;
+  for (const std::string& c : classes) {
+    for (int i = 0; i < 12; ++i) {
+      std::string bytes = Bytes(++seed, 2000 + seed * 37);
+      WriteFile(StrCat(dir.path(), "/src/", c, "/img", i, ".jpg"), bytes);
+      expected[StrCat(c, "/img", i)] = {{"jpg", bytes}, {"cls", std::to_string(index[c])}};
+    }
+  }
+  WriteFile(dir.path() + "/src/ant/img3.json", "{\"a\":1}");
+  expected["ant/img3"]["json"] = "{\"a\":1}";
+  WriteFile(dir.path() + "/src/.DS_Store", "junk");
+  ConvertProgress progress;
+  ConvertOptions options;
+  options.shard_bytes = 10000;
+  options.progress = &progress;
+  auto summary = Convert(dir.path() + "/src", dir.path() + "/out", options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kFolderTree);
+  EXPECT_EQ(summary->manifest.total_samples, 36u);
+  EXPECT_GT(summary->manifest.shards.size(), 3u);
+  EXPECT_EQ(summary->manifest.fields, (std::vector<std::string>{"cls", "jpg", "json"}));
+  EXPECT_EQ(progress.samples.load(), 36u);
+  EXPECT_EQ(progress.shards.load(), summary->manifest.shards.size());
+  ExpectDataset(dir.path() + "/out", expected);
+}
+
+TEST(ConvertTest, FolderTreeMustHaveClassFolders) {
+  TempDir dir;
+  WriteFile(dir.path() + "/src/loose.jpg", "x");
+  auto summary = Convert(dir.path() + "/src", dir.path() + "/out");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(), HasSubstr("loose.jpg"));
+}
+
+TEST(ConvertTest, GnuTarWebDatasets) {
+  TempDir dir;
+  Expected expected;
+  for (int part = 0; part < 3; ++part) {
+    std::string folder = StrCat(dir.path(), "/wds", part);
+    for (int i = 0; i < 10; ++i) {
+      std::string key = StrCat("p", part, "/s", i);
+      std::string jpg = Bytes(part * 100 + i, 1500 + i * 100);
+      WriteFile(StrCat(folder, "/", key, ".jpg"), jpg);
+      WriteFile(StrCat(folder, "/", key, ".cls"), std::to_string(i % 4));
+      expected[key] = {{"jpg", jpg}, {"cls", std::to_string(i % 4)}};
+    }
+    ASSERT_EQ(std::system(StrCat("mkdir -p ", dir.path(), "/tars && cd ", folder,
+                                 " && tar --sort=name -cf ", dir.path(), "/tars/part-", part,
+                                 ".tar p", part).c_str()),
+              0);
+  }
+  ConvertOptions options;
+  options.shard_bytes = 8000;
+  auto summary = Convert(dir.path() + "/tars", dir.path() + "/out", options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kTar);
+  EXPECT_EQ(summary->inputs, 3u);
+  EXPECT_EQ(summary->manifest.total_samples, 30u);
+  ExpectDataset(dir.path() + "/out", expected);
+
+  // One tar file on its own.
+  summary = Convert(dir.path() + "/tars/part-1.tar", dir.path() + "/one");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->manifest.total_samples, 10u);
+}
+
+TEST(ConvertTest, TfRecordFiles) {
+  TempDir dir;
+  Expected expected;
+  auto writer = tfrecord::TfRecordWriter::Open(dir.path() + "/in/train.tfrecord");
+  ASSERT_TRUE(writer.ok());
+  for (int i = 0; i < 25; ++i) {
+    Sample s;
+    s.key = StrCat("k", i);
+    std::string bytes = Bytes(i, 900);
+    s.fields.push_back({"jpg", Buffer::Copy(bytes)});
+    ASSERT_TRUE((*writer)->WriteSample(s).ok());
+    expected[s.key] = {{"jpg", bytes}};
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+  ConvertOptions options;
+  options.zstd_level = 3;
+  auto summary = Convert(dir.path() + "/in", "mem://convert-tfr/out", options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kTfRecord);
+  EXPECT_EQ(summary->manifest_url, "mem://convert-tfr/out/manifest.json");
+  ExpectDataset("mem://convert-tfr/out", expected);
+}
+
+}  // namespace
+}  // namespace stoker::format

@@ -1,0 +1,300 @@
+#include "stoker/format/dataset.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "stoker/core/logging.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/format/shard_format.h"
+#include "stoker/format/shard_index.h"
+#include "stoker/io/read/ranged_reader.h"
+#include "stoker/io/url.h"
+
+namespace stoker::format {
+namespace {
+
+std::string Dirname(std::string_view key) {
+  size_t slash = key.rfind('/');
+  return slash == std::string_view::npos ? "" : std::string(key.substr(0, slash + 1));
+}
+
+// Loads every shard's index with at most `parallelism` loads in flight.
+absl::StatusOr<std::vector<ShardIndex>> LoadIndexes(io::RangedReader& reader,
+                                                    const std::vector<std::string>& keys,
+                                                    const std::vector<std::string>& urls,
+                                                    const Manifest& manifest, int parallelism) {
+  struct State {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+    std::vector<std::optional<ShardIndex>> results ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<State>();
+  {
+    absl::MutexLock lock(&state->mu);
+    state->results.resize(keys.size());
+  }
+  parallelism = std::max(parallelism, 1);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    {
+      absl::MutexLock lock(&state->mu);
+      auto below = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
+        return state->in_flight < parallelism;
+      };
+      while (!below()) state->mu.Await(absl::Condition(&below));
+      if (!state->first_error.ok()) break;
+      ++state->in_flight;
+    }
+    LoadShardIndexAsync(reader, keys[i], urls[i], manifest.shards[i].bytes,
+                        [state, i](absl::StatusOr<ShardIndex> result) {
+                          absl::MutexLock lock(&state->mu);
+                          --state->in_flight;
+                          if (result.ok()) {
+                            state->results[i] = std::move(*result);
+                          } else if (state->first_error.ok()) {
+                            state->first_error = result.status();
+                          }
+                        });
+  }
+  absl::MutexLock lock(&state->mu);
+  auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) { return state->in_flight == 0; };
+  state->mu.Await(absl::Condition(&idle));
+  RETURN_IF_ERROR(state->first_error);
+  std::vector<ShardIndex> out;
+  out.reserve(keys.size());
+  for (auto& r : state->results) out.push_back(std::move(*r));
+  return out;
+}
+
+}  // namespace
+
+Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
+                 std::vector<std::string> shard_keys, Manifest manifest,
+                 SampleDirectory directory, DatasetOptions options)
+    : base_url_(std::move(base_url)),
+      store_(store),
+      shard_keys_(std::move(shard_keys)),
+      manifest_(std::move(manifest)),
+      directory_(std::move(directory)),
+      options_(options),
+      report_(std::make_shared<CorruptionReport>()),
+      reader_(std::make_shared<io::RangedReader>(store)) {}
+
+Dataset::~Dataset() = default;
+
+std::string Dataset::ShardUrl(size_t shard) const { return store_->Url(shard_keys_[shard]); }
+
+absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::string_view url,
+                                                       DatasetOptions options) {
+  ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
+  std::shared_ptr<io::ObjectStore> store = target.store;
+  std::string prefix;
+  Manifest manifest;
+  if (target.key.ends_with(".stk")) {
+    // A single shard: a one-shard dataset whose manifest comes from a Stat.
+    ASSIGN_OR_RETURN(io::ObjectInfo info, store->Stat(target.key));
+    prefix = Dirname(target.key);
+    std::string name = target.key.substr(prefix.size());
+    manifest.shards.push_back({name, 0, info.size});
+    manifest.total_bytes = info.size;
+  } else {
+    std::string manifest_key;
+    if (target.key.ends_with(kManifestName)) {
+      manifest_key = target.key;
+      prefix = Dirname(target.key);
+    } else {
+      prefix = target.key.empty() || target.key.ends_with("/") ? target.key : target.key + "/";
+      manifest_key = StrCat(prefix, kManifestName);
+    }
+    std::string manifest_url = store->Url(manifest_key);
+    auto bytes = store->Read(manifest_key);
+    if (absl::IsNotFound(bytes.status())) {
+      return absl::NotFoundError(StrCat("no dataset at ", url, ": ", manifest_url,
+                                        " does not exist (create one with `stoker convert`)"));
+    }
+    RETURN_IF_ERROR(bytes.status());
+    ASSIGN_OR_RETURN(manifest, ParseManifest(bytes->view(), manifest_url));
+  }
+  bool single_shard = target.key.ends_with(".stk");
+
+  std::vector<std::string> keys, urls;
+  for (const ManifestShard& s : manifest.shards) {
+    keys.push_back(StrCat(prefix, s.name));
+    urls.push_back(store->Url(keys.back()));
+  }
+  io::RangedReader reader(store);
+  ASSIGN_OR_RETURN(std::vector<ShardIndex> indexes,
+                   LoadIndexes(reader, keys, urls, manifest, options.open_parallelism));
+
+  SampleDirectory::Builder builder;
+  uint64_t total = 0, index_bytes = 0;
+  for (const ShardIndex& index : indexes) {
+    total += index.footer.record_count;
+    index_bytes += index.footer.index_length;
+  }
+  // Keys take at most index_length - 14 bytes per entry; reserve what the indexes need.
+  builder.Reserve(total, index_bytes > 14 * total ? index_bytes - 14 * total : 0);
+  for (size_t s = 0; s < indexes.size(); ++s) {
+    const shard::Footer& footer = indexes[s].footer;
+    if (single_shard) {
+      manifest.shards[s].samples = footer.record_count;
+      manifest.total_samples = footer.record_count;
+    } else if (footer.record_count != manifest.shards[s].samples) {
+      return absl::FailedPreconditionError(
+          StrCat(urls[s], ": the manifest lists ", manifest.shards[s].samples,
+                 " samples but the shard's index has ", footer.record_count,
+                 " (the manifest and the shards disagree; re-run `stoker convert`)"));
+    }
+    builder.StartShard();
+    RETURN_IF_ERROR(shard::ParseIndex(indexes[s].index.view(), footer, urls[s],
+                                      [&](uint64_t offset, uint32_t length, std::string_view key) {
+                                        builder.Add(offset, length, key);
+                                      }));
+    indexes[s].index = Buffer();
+  }
+  std::string base_url = store->Url(prefix);
+  return std::make_shared<Dataset>(std::move(base_url), std::move(store), std::move(keys),
+                                   std::move(manifest), std::move(builder).Build(), options);
+}
+
+void Dataset::ReadSamplesAsync(
+    std::vector<uint64_t> indices,
+    absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const {
+  for (uint64_t index : indices) {
+    if (index >= size()) {
+      std::move(done)(absl::OutOfRangeError(StrCat("sample index ", index, " is past the end of ",
+                                                   base_url_, " (", size(), " samples)")));
+      return;
+    }
+  }
+  // Positions in `indices` grouped by shard.
+  std::map<uint32_t, std::vector<size_t>> by_shard;
+  for (size_t pos = 0; pos < indices.size(); ++pos) {
+    by_shard[directory_.location(indices[pos]).shard].push_back(pos);
+  }
+  struct Batch {
+    absl::Mutex mu;
+    size_t pending ABSL_GUARDED_BY(mu) = 0;
+    absl::Status error ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> indices;
+    std::vector<std::optional<Sample>> samples;  // each slot written by one callback
+    absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done;
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->indices = std::move(indices);
+  batch->samples.resize(batch->indices.size());
+  batch->done = std::move(done);
+  if (by_shard.empty()) {
+    std::move(batch->done)(std::vector<Sample>());
+    return;
+  }
+  {
+    absl::MutexLock lock(&batch->mu);
+    batch->pending = by_shard.size();
+  }
+  // Finishes the batch once every shard's reads are decoded.
+  auto finish = [](const std::shared_ptr<Batch>& batch) {
+    absl::Status error;
+    {
+      absl::MutexLock lock(&batch->mu);
+      if (--batch->pending > 0) return;
+      error = batch->error;
+    }
+    if (!error.ok()) {
+      std::move(batch->done)(error);
+      return;
+    }
+    std::vector<Sample> out;
+    out.reserve(batch->samples.size());
+    for (auto& sample : batch->samples) {
+      if (sample.has_value()) out.push_back(std::move(*sample));
+    }
+    std::move(batch->done)(std::move(out));
+  };
+  for (auto& [shard, positions] : by_shard) {
+    std::vector<io::ByteRange> ranges;
+    ranges.reserve(positions.size());
+    for (size_t pos : positions) {
+      SampleLocation loc = directory_.location(batch->indices[pos]);
+      ranges.push_back({loc.offset, loc.length});
+    }
+    std::string url = ShardUrl(shard);
+    reader_->ReadRangesAsync(
+        shard_keys_[shard], std::move(ranges), "",
+        [this, batch, positions = std::move(positions), url = std::move(url),
+         finish](absl::StatusOr<std::vector<Buffer>> result) {
+          absl::Status error;
+          if (!result.ok()) {
+            error = Annotate(result.status(), StrCat("reading samples from ", url));
+          } else {
+            for (size_t j = 0; j < positions.size() && error.ok(); ++j) {
+              uint64_t index = batch->indices[positions[j]];
+              SampleLocation loc = directory_.location(index);
+              std::string_view key = directory_.key(index);
+              absl::StatusOr<Sample> sample;
+              if ((*result)[j].size() != loc.length) {
+                sample = shard::RecordError(url, loc.offset, key, "truncated record");
+              } else {
+                sample = shard::DecodeRecord((*result)[j], url, loc.offset, key);
+              }
+              if (sample.ok()) {
+                sample->index = index;
+                batch->samples[positions[j]] = std::move(*sample);
+              } else if (options_.on_corrupt == OnCorrupt::kSkip &&
+                         absl::IsDataLoss(sample.status())) {
+                spdlog::warn("skipping corrupt sample {}: {}", index, std::string(sample.status().message()));
+                report_->Add(sample.status());
+              } else {
+                error = sample.status();
+              }
+            }
+          }
+          if (!error.ok()) {
+            absl::MutexLock lock(&batch->mu);
+            if (batch->error.ok()) batch->error = error;
+          }
+          finish(batch);
+        });
+  }
+}
+
+absl::StatusOr<std::vector<Sample>> Dataset::ReadSamples(std::span<const uint64_t> indices) const {
+  absl::Notification notification;
+  absl::StatusOr<std::vector<Sample>> out;
+  ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()),
+                   [&](absl::StatusOr<std::vector<Sample>> result) {
+                     out = std::move(result);
+                     notification.Notify();
+                   });
+  notification.WaitForNotification();
+  return out;
+}
+
+absl::StatusOr<Sample> Dataset::ReadSample(uint64_t index) const {
+  uint64_t indices[] = {index};
+  ASSIGN_OR_RETURN(std::vector<Sample> samples, ReadSamples(indices));
+  if (samples.empty()) {
+    return absl::DataLossError(StrCat("sample ", index, " of ", base_url_,
+                                      " is corrupt and was skipped"));
+  }
+  return std::move(samples[0]);
+}
+
+absl::StatusOr<uint64_t> VerifyShard(std::string_view url) {
+  StreamOptions options;
+  options.format = StreamFormat::kShard;
+  ASSIGN_OR_RETURN(std::unique_ptr<SampleStream> stream, OpenSampleStream(url, options));
+  uint64_t count = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<Sample> sample, stream->Next());
+    if (!sample.has_value()) break;
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace stoker::format

@@ -1,0 +1,271 @@
+#include "stoker/format/dataset.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "stoker/core/strings.h"
+#include "stoker/format/shard_writer.h"
+#include "stoker/io/url.h"
+
+namespace stoker::format {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Payload(uint64_t i, size_t size) {
+  std::string s(size, '\0');
+  std::mt19937_64 rng(i);
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+Sample MakeSample(uint64_t i) {
+  Sample s;
+  char key[32];
+  std::snprintf(key, sizeof(key), "class%llu/img%06llu", static_cast<unsigned long long>(i % 7),
+                static_cast<unsigned long long>(i));
+  s.key = key;
+  s.fields.push_back({"cls", Buffer::Copy(std::to_string(i % 7))});
+  s.fields.push_back({"jpg", Buffer::FromString(Payload(i, 100 + (i * 7919) % 3000))});
+  return s;
+}
+
+absl::StatusOr<Manifest> WriteDataset(std::string_view url, uint64_t samples, uint64_t shard_bytes,
+                                      int zstd_level = 0) {
+  DatasetWriterOptions options;
+  options.shard_bytes = shard_bytes;
+  options.shard.zstd_level = zstd_level;
+  auto writer = DatasetWriter::Open(url, options);
+  if (!writer.ok()) return writer.status();
+  for (uint64_t i = 0; i < samples; ++i) {
+    absl::Status status = (*writer)->Add(MakeSample(i));
+    if (!status.ok()) return status;
+  }
+  return (*writer)->Close();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "stoker-format-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c;
+  f.get(c);
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+TEST(DatasetTest, RandomAccessAndBatchesAreByteExact) {
+  auto manifest = WriteDataset("mem://ds1/train", 500, 64 << 10);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_GT(manifest->shards.size(), 5u);
+  EXPECT_EQ(manifest->total_samples, 500u);
+  EXPECT_EQ(manifest->fields, (std::vector<std::string>{"cls", "jpg"}));
+
+  auto ds = Dataset::Open("mem://ds1/train/");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->size(), 500u);
+  EXPECT_EQ((*ds)->directory().shard_count(), manifest->shards.size());
+  for (uint64_t i = 0; i < 500; ++i) {
+    ASSERT_EQ((*ds)->key(i), MakeSample(i).key);
+  }
+  for (uint64_t i : {0, 1, 77, 499}) {
+    auto sample = (*ds)->ReadSample(i);
+    ASSERT_TRUE(sample.ok()) << sample.status();
+    EXPECT_EQ(sample->key, MakeSample(i).key);
+    EXPECT_EQ(sample->fields, MakeSample(i).fields);
+    EXPECT_EQ(sample->index, i);
+  }
+  // Random minibatches, with repeats, across shards.
+  std::mt19937 rng(5);
+  for (int round = 0; round < 10; ++round) {
+    std::vector<uint64_t> indices(64);
+    for (auto& i : indices) i = rng() % 500;
+    auto batch = (*ds)->ReadSamples(indices);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_EQ(batch->size(), indices.size());
+    for (size_t j = 0; j < indices.size(); ++j) {
+      Sample expected = MakeSample(indices[j]);
+      ASSERT_EQ((*batch)[j].key, expected.key);
+      ASSERT_EQ((*batch)[j].fields, expected.fields);
+      ASSERT_EQ((*batch)[j].index, indices[j]);
+    }
+  }
+  EXPECT_EQ((*ds)->ReadSamples({500}).status().code(), absl::StatusCode::kOutOfRange);
+  auto empty = (*ds)->ReadSamples(std::span<const uint64_t>());
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(DatasetTest, CompressedDatasetReadsBack) {
+  auto manifest = WriteDataset("mem://ds2/z", 100, 32 << 10, /*zstd_level=*/3);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  auto ds = Dataset::Open("mem://ds2/z/manifest.json");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<uint64_t> all(100);
+  for (uint64_t i = 0; i < 100; ++i) all[i] = 99 - i;
+  auto batch = (*ds)->ReadSamples(all);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  for (uint64_t j = 0; j < 100; ++j) EXPECT_EQ((*batch)[j].fields, MakeSample(99 - j).fields);
+}
+
+TEST(DatasetTest, OpensASingleShardAndStreamsIt) {
+  ASSERT_TRUE(WriteDataset("mem://ds3/d", 40, 1 << 30).ok());
+  auto ds = Dataset::Open("mem://ds3/d/shard-00000.stk");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->size(), 40u);
+  EXPECT_EQ((*ds)->ReadSample(39)->fields, MakeSample(39).fields);
+  auto count = VerifyShard("mem://ds3/d/shard-00000.stk");
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(*count, 40u);
+}
+
+TEST(DatasetTest, FlippedByteIsDataLossWithUrlOffsetAndKeyOrSkipped) {
+  TempDir dir;
+  ASSERT_TRUE(WriteDataset(dir.path(), 30, 1 << 30).ok());
+  auto ds = Dataset::Open(dir.path());
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  SampleLocation loc = (*ds)->directory().location(12);
+  std::string shard = dir.path() + "/shard-00000.stk";
+  FlipByte(shard, loc.offset + loc.length - 5);
+
+  auto batch = (*ds)->ReadSamples({11, 12, 13});
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(batch.status().message(), HasSubstr(shard));
+  EXPECT_THAT(batch.status().message(), HasSubstr(StrCat("offset ", loc.offset)));
+  EXPECT_THAT(batch.status().message(), HasSubstr(MakeSample(12).key));
+
+  auto verify = VerifyShard(shard);
+  ASSERT_FALSE(verify.ok());
+  EXPECT_THAT(verify.status().message(), HasSubstr(StrCat("offset ", loc.offset)));
+
+  auto skipping = Dataset::Open(dir.path(), {.on_corrupt = OnCorrupt::kSkip});
+  ASSERT_TRUE(skipping.ok());
+  batch = (*skipping)->ReadSamples({11, 12, 13});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 2u);
+  EXPECT_EQ((*batch)[0].index, 11u);
+  EXPECT_EQ((*batch)[1].index, 13u);
+  EXPECT_EQ((*skipping)->corruption_report().count(), 1u);
+  EXPECT_THAT((*skipping)->corruption_report().descriptions()[0], HasSubstr(MakeSample(12).key));
+
+  StreamOptions stream_options;
+  stream_options.on_corrupt = OnCorrupt::kSkip;
+  stream_options.report = std::make_shared<CorruptionReport>();
+  auto stream = OpenSampleStream(shard, stream_options);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  int n = 0;
+  while (true) {
+    auto s = (*stream)->Next();
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (!s->has_value()) break;
+    ++n;
+  }
+  EXPECT_EQ(n, 29);
+  EXPECT_EQ(stream_options.report->count(), 1u);
+}
+
+TEST(DatasetTest, BadShardsAndManifestsFailAtOpen) {
+  TempDir dir;
+  ASSERT_TRUE(WriteDataset(dir.path(), 50, 16 << 10).ok());
+  std::string shard = dir.path() + "/shard-00001.stk";
+  std::string manifest = dir.path() + "/manifest.json";
+  uint64_t size = std::filesystem::file_size(shard);
+
+  // Manifest disagreeing with a shard's record count.
+  std::string original;
+  {
+    std::ifstream in(manifest);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto m = ParseManifest(original, manifest);
+  ASSERT_TRUE(m.ok());
+  Manifest wrong = *m;
+  wrong.shards[1].samples += 1;
+  wrong.total_samples += 1;
+  std::ofstream(manifest, std::ios::trunc) << SerializeManifest(wrong);
+  auto ds = Dataset::Open(dir.path());
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ds.status().message(), HasSubstr(shard));
+  std::ofstream(manifest, std::ios::trunc) << original;
+  ASSERT_TRUE(Dataset::Open(dir.path()).ok());
+
+  // A truncated shard.
+  std::filesystem::resize_file(shard, size - 10);
+  ds = Dataset::Open(dir.path());
+  EXPECT_FALSE(ds.ok());
+  EXPECT_THAT(ds.status().message(), HasSubstr(shard));
+  EXPECT_THAT(ds.status().message(), HasSubstr("truncated"));
+
+  // Not a dataset at all.
+  ds = Dataset::Open(dir.path() + "/nothing-here");
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ds.status().message(), HasSubstr("stoker convert"));
+}
+
+TEST(DatasetTest, WrongMagicOrVersionFailsUpFront) {
+  TempDir dir;
+  ASSERT_TRUE(WriteDataset(dir.path(), 5, 1 << 30).ok());
+  std::string shard = dir.path() + "/shard-00000.stk";
+  uint64_t size = std::filesystem::file_size(shard);
+  FlipByte(shard, size - 3);  // footer magic
+  auto ds = Dataset::Open(dir.path());
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(ds.status().message(), HasSubstr("footer"));
+  FlipByte(shard, size - 3);
+  FlipByte(shard, 8);  // header version
+  EXPECT_THAT(VerifyShard(shard).status().message(), HasSubstr("version"));
+}
+
+// The directory's memory for 1 M samples: the figure the issue asks for.
+TEST(DatasetTest, DirectoryMemoryForOneMillionSamples) {
+  constexpr uint64_t kSamples = 1'000'000;
+  DatasetWriterOptions options;
+  options.shard_bytes = 8 << 20;
+  auto writer = DatasetWriter::Open("mem://dsmem/big", options);
+  ASSERT_TRUE(writer.ok());
+  uint64_t key_bytes = 0;
+  Sample s;
+  s.fields.push_back({"cls", Buffer::Copy("1")});
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof(key), "n%08llu", static_cast<unsigned long long>(i));
+    s.key = key;
+    key_bytes += s.key.size();
+    ASSERT_TRUE((*writer)->Add(s).ok());
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto ds = Dataset::Open("mem://dsmem/big");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->size(), kSamples);
+  uint64_t bytes = (*ds)->directory().MemoryBytes();
+  double per_sample = static_cast<double>(bytes - key_bytes) / kSamples;
+  std::printf("sample directory: %llu samples, %llu bytes (%.2f bytes/sample + %llu key bytes)\n",
+              static_cast<unsigned long long>(kSamples), static_cast<unsigned long long>(bytes),
+              per_sample, static_cast<unsigned long long>(key_bytes));
+  RecordProperty("directory_bytes_per_sample", std::to_string(per_sample));
+  EXPECT_LE(per_sample, 24.0);
+  EXPECT_EQ((*ds)->key(123456), "n00123456");
+}
+
+}  // namespace
+}  // namespace stoker::format

@@ -1,0 +1,325 @@
+#include "stoker/format/sample_stream.h"
+
+#include <set>
+
+#include "absl/synchronization/notification.h"
+#include "stoker/core/logging.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/format/byte_source.h"
+#include "stoker/format/shard_format.h"
+#include "stoker/format/shard_index.h"
+#include "stoker/format/tar.h"
+#include "stoker/format/tfrecord.h"
+#include "stoker/io/url.h"
+
+namespace stoker::format {
+namespace {
+
+std::string FileStem(std::string_view key) {
+  size_t slash = key.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
+  size_t dot = base.find('.');
+  return std::string(dot == std::string_view::npos ? base : base.substr(0, dot));
+}
+
+// Shared by the stream classes: on_corrupt handling of a DataLoss error for one sample.
+// Returns true when the sample should be skipped, false when `error` must be returned.
+bool SkipCorrupt(const StreamOptions& options, const absl::Status& error) {
+  if (options.on_corrupt != OnCorrupt::kSkip || !absl::IsDataLoss(error)) return false;
+  spdlog::warn("skipping corrupt sample: {}", std::string(error.message()));
+  if (options.report != nullptr) options.report->Add(error);
+  return true;
+}
+
+class ShardStream : public SampleStream {
+ public:
+  ShardStream(std::unique_ptr<ByteSource> source, ShardIndex index, StreamOptions options)
+      : source_(std::move(source)), footer_(index.footer), options_(std::move(options)) {
+    entries_.reserve(footer_.record_count);
+    index_status_ = shard::ParseIndex(index.index.view(), footer_, source_->url(),
+                                      [&](uint64_t offset, uint32_t length, std::string_view key) {
+                                        entries_.push_back({offset, length, std::string(key)});
+                                      });
+  }
+
+  absl::Status Start() {
+    RETURN_IF_ERROR(index_status_);
+    ASSIGN_OR_RETURN(Buffer header, source_->Read(shard::kHeaderSize));
+    return shard::CheckHeader(header.view(), source_->url());
+  }
+
+  absl::StatusOr<std::optional<Sample>> Next() override {
+    while (next_ < entries_.size()) {
+      const Entry& entry = entries_[next_++];
+      ASSIGN_OR_RETURN(Buffer record, source_->Read(entry.length));
+      auto sample = shard::DecodeRecord(record, source_->url(), entry.offset, entry.key);
+      if (sample.ok()) {
+        sample->index = next_ - 1;
+        return std::optional<Sample>(std::move(*sample));
+      }
+      if (!SkipCorrupt(options_, sample.status())) return sample.status();
+    }
+    return std::optional<Sample>();
+  }
+
+ private:
+  struct Entry {
+    uint64_t offset;
+    uint32_t length;
+    std::string key;
+  };
+  std::unique_ptr<ByteSource> source_;
+  shard::Footer footer_;
+  StreamOptions options_;
+  absl::Status index_status_;
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+};
+
+class TfRecordStream : public SampleStream {
+ public:
+  TfRecordStream(std::unique_ptr<ByteSource> source, StreamOptions options)
+      : source_(std::move(source)), options_(std::move(options)),
+        stem_(FileStem(source_->url())) {}
+
+  absl::StatusOr<std::optional<Sample>> Next() override {
+    while (source_->remaining() > 0) {
+      uint64_t offset = source_->position();
+      if (source_->remaining() < tfrecord::kHeaderSize) {
+        return absl::DataLossError(StrCat(source_->url(), ": truncated TFRecord at offset ", offset));
+      }
+      ASSIGN_OR_RETURN(Buffer header, source_->Read(tfrecord::kHeaderSize));
+      // A bad length cannot be skipped over (the next record's position is unknown): fail.
+      ASSIGN_OR_RETURN(uint64_t length, tfrecord::ParseHeader(header.view(), source_->url(), offset));
+      if (length + 4 > source_->remaining()) {
+        return absl::DataLossError(StrCat(source_->url(), ": truncated TFRecord at offset ", offset,
+                                          " (needs ", length + 4, " more bytes, ",
+                                          source_->remaining(), " remain)"));
+      }
+      ASSIGN_OR_RETURN(Buffer data, source_->Read(length));
+      ASSIGN_OR_RETURN(Buffer crc, source_->Read(4));
+      uint64_t number = record_number_++;
+      absl::Status checked = tfrecord::CheckData(data.view(), crc.view(), source_->url(), offset);
+      absl::StatusOr<Sample> sample = absl::UnknownError("unset");
+      if (!checked.ok()) {
+        sample = checked;
+      } else {
+        char suffix[32];
+        std::snprintf(suffix, sizeof(suffix), "/%08llu", static_cast<unsigned long long>(number));
+        sample = tfrecord::ExampleToSample(data.view(), StrCat(stem_, suffix));
+        if (!sample.ok()) {
+          sample = absl::DataLossError(StrCat(source_->url(), ": TFRecord at offset ", offset, ": ",
+                                              sample.status().message()));
+        }
+      }
+      if (sample.ok()) {
+        sample->index = emitted_++;
+        return std::optional<Sample>(std::move(*sample));
+      }
+      if (!SkipCorrupt(options_, sample.status())) return sample.status();
+    }
+    return std::optional<Sample>();
+  }
+
+ private:
+  std::unique_ptr<ByteSource> source_;
+  StreamOptions options_;
+  std::string stem_;
+  uint64_t record_number_ = 0;
+  uint64_t emitted_ = 0;
+};
+
+class TarStream : public SampleStream {
+ public:
+  TarStream(std::unique_ptr<ByteSource> source, StreamOptions options)
+      : source_(std::move(source)), options_(std::move(options)) {}
+
+  absl::StatusOr<std::optional<Sample>> Next() override {
+    if (!done_) {
+      while (true) {
+        ASSIGN_OR_RETURN(std::optional<Member> member, NextMember());
+        if (!member.has_value()) {
+          done_ = true;
+          break;
+        }
+        if (pending_.has_value() && pending_->key != member->key) {
+          std::optional<Sample> out = std::move(pending_);
+          StartSample(std::move(*member));
+          out->index = emitted_++;
+          return out;
+        }
+        if (!pending_.has_value()) {
+          StartSample(std::move(*member));
+          continue;
+        }
+        if (pending_->Find(member->field) != nullptr) {
+          return absl::InvalidArgumentError(StrCat(source_->url(), ": tar member at offset ",
+                                                   member->offset, ": sample ", member->key,
+                                                   " has field ", member->field, " twice"));
+        }
+        pending_->fields.push_back({std::move(member->field), std::move(member->data)});
+      }
+    }
+    if (!pending_.has_value()) return std::optional<Sample>();
+    std::optional<Sample> out = std::move(pending_);
+    pending_.reset();
+    out->index = emitted_++;
+    return out;
+  }
+
+ private:
+  struct Member {
+    std::string key, field;
+    Buffer data;
+    uint64_t offset;
+  };
+
+  void StartSample(Member member) {
+    pending_ = Sample();
+    pending_->key = std::move(member.key);
+    pending_->fields.push_back({std::move(member.field), std::move(member.data)});
+  }
+
+  // The next regular member with a field name, or nullopt at the end of the archive.
+  absl::StatusOr<std::optional<Member>> NextMember() {
+    std::string long_name;
+    while (true) {
+      uint64_t offset = source_->position();
+      if (source_->remaining() == 0) return std::optional<Member>();  // no end marker: accept
+      if (source_->remaining() < tar::kBlockSize) {
+        return absl::DataLossError(StrCat(source_->url(), ": truncated tar header at offset ", offset));
+      }
+      ASSIGN_OR_RETURN(Buffer block, source_->Read(tar::kBlockSize));
+      if (tar::IsZeroBlock(block.view())) return std::optional<Member>();
+      ASSIGN_OR_RETURN(tar::MemberHeader header, tar::ParseHeader(block.view(), source_->url(), offset));
+      uint64_t padded = header.size + tar::Padding(header.size);
+      if (header.size > tar::kMaxMemberSize || padded > source_->remaining()) {
+        return absl::DataLossError(StrCat(source_->url(), ": tar member at offset ", offset, " (",
+                                          header.path, ") claims ", header.size,
+                                          " bytes; only ", source_->remaining(), " remain"));
+      }
+      if (header.type == 'L' || header.type == 'x') {
+        ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
+        RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
+        if (header.type == 'L') {
+          long_name = std::string(data.view().substr(0, data.view().find('\0')));
+        } else {
+          auto path = tar::PaxPath(data.view());
+          if (!path.ok()) {
+            return absl::DataLossError(StrCat(source_->url(), ": pax header at offset ", offset,
+                                              ": ", path.status().message()));
+          }
+          if (!path->empty()) long_name = *path;
+        }
+        continue;
+      }
+      std::string raw_path = long_name.empty() ? header.path : long_name;
+      long_name.clear();
+      if (!header.regular()) {
+        RETURN_IF_ERROR(source_->Skip(padded));
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::string path, tar::CleanPath(raw_path, source_->url(), offset));
+      tar::KeyAndField kf = tar::SplitKeyField(path);
+      if (kf.field.empty() || kf.key.empty() || kf.key.ends_with("/")) {
+        spdlog::warn("{}: tar member {} has no field extension; ignored", source_->url(), path);
+        RETURN_IF_ERROR(source_->Skip(padded));
+        continue;
+      }
+      ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
+      RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
+      return std::optional<Member>(Member{std::move(kf.key), std::move(kf.field), std::move(data), offset});
+    }
+  }
+
+  std::unique_ptr<ByteSource> source_;
+  StreamOptions options_;
+  std::optional<Sample> pending_;
+  bool done_ = false;
+  uint64_t emitted_ = 0;
+};
+
+class ConcatStream : public SampleStream {
+ public:
+  ConcatStream(std::vector<std::string> urls, StreamOptions options)
+      : urls_(std::move(urls)), options_(std::move(options)) {}
+
+  absl::StatusOr<std::optional<Sample>> Next() override {
+    while (true) {
+      if (current_ == nullptr) {
+        if (next_url_ >= urls_.size()) return std::optional<Sample>();
+        ASSIGN_OR_RETURN(current_, OpenSampleStream(urls_[next_url_++], options_));
+      }
+      ASSIGN_OR_RETURN(std::optional<Sample> sample, current_->Next());
+      if (sample.has_value()) {
+        sample->index = emitted_++;
+        return sample;
+      }
+      current_.reset();
+    }
+  }
+
+ private:
+  std::vector<std::string> urls_;
+  StreamOptions options_;
+  size_t next_url_ = 0;
+  std::unique_ptr<SampleStream> current_;
+  uint64_t emitted_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<StreamFormat> DetectStreamFormat(std::string_view url) {
+  if (url.ends_with(".tar")) return StreamFormat::kTar;
+  if (url.ends_with(".tfrecord") || url.ends_with(".tfrecords") || url.ends_with(".tfr")) {
+    return StreamFormat::kTfRecord;
+  }
+  if (url.ends_with(".stk")) return StreamFormat::kShard;
+  return absl::InvalidArgumentError(
+      StrCat("cannot tell the format of ", url,
+             " from its name (expected .tar, .tfrecord, .tfrecords, .tfr or .stk)"));
+}
+
+absl::StatusOr<std::unique_ptr<SampleStream>> OpenSampleStream(std::string_view url,
+                                                               StreamOptions options) {
+  StreamFormat format = options.format;
+  if (format == StreamFormat::kAuto) {
+    ASSIGN_OR_RETURN(format, DetectStreamFormat(url));
+  }
+  ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
+  auto reader = std::make_shared<io::RangedReader>(target.store);
+  std::string object_url = target.store->Url(target.key);
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
+                   ByteSource::Open(reader, target.key, object_url, options.chunk_bytes));
+  switch (format) {
+    case StreamFormat::kShard: {
+      absl::Notification loaded;
+      absl::StatusOr<ShardIndex> index;
+      LoadShardIndexAsync(*reader, target.key, object_url, source->size(),
+                          [&](absl::StatusOr<ShardIndex> result) {
+                            index = std::move(result);
+                            loaded.Notify();
+                          });
+      loaded.WaitForNotification();
+      RETURN_IF_ERROR(index.status());
+      auto stream = std::make_unique<ShardStream>(std::move(source), std::move(*index), options);
+      RETURN_IF_ERROR(stream->Start());
+      return stream;
+    }
+    case StreamFormat::kTfRecord:
+      return std::make_unique<TfRecordStream>(std::move(source), options);
+    case StreamFormat::kTar:
+      return std::make_unique<TarStream>(std::move(source), options);
+    case StreamFormat::kAuto:
+      break;
+  }
+  return absl::InternalError("unreachable");
+}
+
+std::unique_ptr<SampleStream> OpenSampleStreams(std::vector<std::string> urls,
+                                                StreamOptions options) {
+  return std::make_unique<ConcatStream>(std::move(urls), std::move(options));
+}
+
+}  // namespace stoker::format
