@@ -117,10 +117,13 @@ std::string RangeHeaderValue(uint64_t offset, uint64_t length) {
 absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value) {
   absl::Time time;
   std::string error;
-  if (!absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", ToAbsl(value), absl::UTCTimeZone(), &time,
-                       &error)) {
+  // absl::ParseTime also accepts "infinite-past"/"infinite-future"; an HTTP date starts with a day.
+  const bool plausible = !value.empty() && std::isupper(static_cast<unsigned char>(value.front()));
+  if (!plausible || !absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", ToAbsl(value),
+                                     absl::UTCTimeZone(), &time, &error)) {
     return absl::InvalidArgumentError(
-        StrCat("bad HTTP date '", value, "' (want e.g. 'Wed, 12 Oct 2009 17:50:00 GMT'): ", error));
+        StrCat("bad HTTP date '", value.substr(0, 100),
+               "' (want e.g. 'Wed, 12 Oct 2009 17:50:00 GMT'): ", error));
   }
   return time;
 }

@@ -178,6 +178,8 @@ TEST(HttpDateTest, ParsesImfFixdate) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(*t, absl::FromCivil(absl::CivilSecond(2009, 10, 12, 17, 50, 0), absl::UTCTimeZone()));
   EXPECT_FALSE(ParseHttpDate("yesterday").ok());
+  EXPECT_FALSE(ParseHttpDate("infinite-past").ok());
+  EXPECT_FALSE(ParseHttpDate("").ok());
 }
 
 }  // namespace

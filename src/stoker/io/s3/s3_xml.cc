@@ -2,6 +2,7 @@
 
 #include <tinyxml2.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstring>
 
@@ -129,6 +130,12 @@ std::string StripETagQuotes(std::string_view etag) {
 absl::StatusOr<absl::Time> ParseIso8601(std::string_view value) {
   absl::Time time;
   std::string error;
+  // absl::ParseTime also accepts "infinite-past"/"infinite-future"; a timestamp starts with a
+  // digit.
+  if (value.empty() || !std::isdigit(static_cast<unsigned char>(value.front()))) {
+    return absl::InvalidArgumentError(
+        StrCat("bad ISO 8601 time '", Clip(value), "' (want e.g. 2009-10-12T17:50:30.000Z)"));
+  }
   if (!absl::ParseTime(absl::RFC3339_full, ToAbsl(value), &time, &error)) {
     return absl::InvalidArgumentError(StrCat("bad ISO 8601 time '", Clip(value),
                                              "' (want e.g. 2009-10-12T17:50:30.000Z): ", error));
@@ -335,7 +342,13 @@ absl::Status S3ErrorToStatus(int http_status, std::string_view body, std::string
       (!known && (status == 500 || status == 502 || status == 503 || status == 504))) {
     return absl::UnavailableError(StrCat("S3 temporarily failed for ", url, detail));
   }
-  return absl::UnknownError(StrCat("S3 request for ", url, " failed", detail));
+  std::string hint;
+  if (is({"PermanentRedirect", "TemporaryRedirect", "AuthorizationHeaderMalformed",
+          "IllegalLocationConstraintException"}) ||
+      (code.empty() && (status == 301 || status == 307))) {
+    hint = "; the bucket may be in another region: check AWS_REGION and AWS_ENDPOINT_URL";
+  }
+  return absl::UnknownError(StrCat("S3 request for ", url, " failed", hint, detail));
 }
 
 }  // namespace stoker::io::s3

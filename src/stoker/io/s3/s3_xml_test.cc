@@ -111,6 +111,8 @@ TEST(Iso8601Test, Variants) {
   EXPECT_EQ(*ParseIso8601("2009-10-12T19:50:30+02:00"), want);
   EXPECT_EQ(*ParseIso8601("2009-10-12T17:50:30.5Z"), want + absl::Milliseconds(500));
   EXPECT_FALSE(ParseIso8601("2009-10-12").ok());
+  EXPECT_FALSE(ParseIso8601("infinite-future").ok());
+  EXPECT_FALSE(ParseIso8601("").ok());
 }
 
 TEST(MultipartTest, InitiateResult) {
@@ -242,6 +244,10 @@ TEST(ErrorTest, MessagesNameUrlKeyAndWhatToCheck) {
   EXPECT_THAT(other.message(), HasSubstr("InvalidArgument"));
   EXPECT_THAT(other.message(), HasSubstr("bad part"));
   EXPECT_THAT(other.message(), HasSubstr("HTTP 400"));
+
+  absl::Status region = S3ErrorToStatus(301, ErrorBody("PermanentRedirect"), "s3://b/k", "AKID");
+  EXPECT_EQ(region.code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(region.message(), HasSubstr("AWS_REGION"));
 }
 
 TEST(ErrorTest, LongServerMessagesAreClipped) {
