@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   absl::Status result;
   stoker::cli::RegisterIoCommands(app, &result);
+  stoker::cli::RegisterFormatCommands(app, &result);
   CLI11_PARSE(app, argc, argv);
   if (!result.ok()) {
     std::fprintf(stderr, "stoker: %s\n", std::string(result.message()).c_str());

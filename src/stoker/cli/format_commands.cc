@@ -1,0 +1,278 @@
+// stoker convert / stoker inspect: the shard format from the shell (docs/format.md).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "stoker/cli/commands.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/core/thread.h"
+#include "stoker/core/thread_pool.h"
+#include "stoker/format/convert.h"
+#include "stoker/format/dataset.h"
+#include "stoker/format/sample_stream.h"
+
+namespace stoker::cli {
+namespace {
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return out;
+}
+
+std::string HumanDuration(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "?";
+  int s = static_cast<int>(seconds + 0.5);
+  char out[32];
+  if (s >= 3600) {
+    std::snprintf(out, sizeof(out), "%dh%02dm", s / 3600, s / 60 % 60);
+  } else {
+    std::snprintf(out, sizeof(out), "%dm%02ds", s / 60, s % 60);
+  }
+  return out;
+}
+
+// Parses "268435456", "256M", "256MiB", "1G", "64k" into bytes.
+absl::StatusOr<uint64_t> ParseBytes(std::string text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 15) {
+    return absl::InvalidArgumentError(StrCat("--shard-size: '", text, "' is not a size in bytes"));
+  }
+  uint64_t value = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  uint64_t scale = 1;
+  if (unit.empty() || unit == "b") {
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    scale = uint64_t{1} << 10;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    scale = uint64_t{1} << 20;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    scale = uint64_t{1} << 30;
+  } else {
+    return absl::InvalidArgumentError(StrCat("--shard-size: unknown unit in '", text, "'"));
+  }
+  if (value == 0) return absl::InvalidArgumentError("--shard-size must be positive");
+  return value * scale;
+}
+
+// Prints progress of `progress` until stopped: a redrawn bar with rate and ETA on a terminal,
+// a plain line every few seconds otherwise. Runs on its own thread.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(const format::ConvertProgress& progress)
+      : progress_(progress), tty_(::isatty(STDERR_FILENO) == 1), start_(absl::Now()) {
+    thread_ = StartThread("progress", [this] { Loop(); });
+  }
+  ~ProgressPrinter() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_.Notify();
+    thread_.join();
+    Print(/*final_line=*/true);
+  }
+
+ private:
+  void Loop() {
+    absl::Duration period = tty_ ? absl::Milliseconds(200) : absl::Seconds(5);
+    while (!stop_.WaitForNotificationWithTimeout(period)) Print(false);
+  }
+  void Print(bool final_line) {
+    double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    uint64_t samples = progress_.samples.load();
+    uint64_t bytes = progress_.input_bytes.load();
+    uint64_t total = progress_.total_input_bytes.load();
+    double rate = seconds > 0 ? bytes / seconds : 0;
+    double fraction = total > 0 ? std::min(1.0, static_cast<double>(bytes) / total) : 0;
+    std::string eta = total > 0 && rate > 0 ? HumanDuration((total - std::min(bytes, total)) / rate) : "?";
+    std::string stats = StrCat(samples, " samples, ", HumanBytes(bytes), " of ",
+                               total > 0 ? HumanBytes(total) : "?", ", ", HumanBytes(rate), "/s, ",
+                               progress_.shards.load(), " shards, ETA ", eta);
+    if (tty_) {
+      constexpr int kWidth = 30;
+      int filled = static_cast<int>(fraction * kWidth);
+      std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+      std::fprintf(stderr, "\r\033[K[%s] %3.0f%% %s", bar.c_str(), fraction * 100, stats.c_str());
+      if (final_line) std::fprintf(stderr, "\n");
+    } else if (!final_line) {
+      std::fprintf(stderr, "convert: %.0f%% %s\n", fraction * 100, stats.c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  const format::ConvertProgress& progress_;
+  const bool tty_;
+  const absl::Time start_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+struct ConvertArgs {
+  std::string src, dst, shard_size = "256MiB";
+  int zstd = 0;
+  int jobs = 4;
+};
+
+absl::Status Convert(const ConvertArgs& args) {
+  ASSIGN_OR_RETURN(uint64_t shard_bytes, ParseBytes(args.shard_size));
+  format::ConvertProgress progress;
+  format::ConvertOptions options;
+  options.shard_bytes = shard_bytes;
+  options.zstd_level = args.zstd;
+  options.parallelism = std::max(1, args.jobs);
+  options.progress = &progress;
+  absl::Time start = absl::Now();
+  absl::StatusOr<format::ConvertSummary> summary;
+  {
+    ProgressPrinter printer(progress);
+    summary = format::Convert(args.src, args.dst, options);
+  }
+  RETURN_IF_ERROR(summary.status());
+  double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const format::Manifest& m = summary->manifest;
+  std::printf("converted %llu samples (%s) from %zu %s file(s) into %zu shards (%s) in %.1f s "
+              "(%.0f samples/s, %s/s)\n",
+              static_cast<unsigned long long>(m.total_samples),
+              HumanBytes(progress.input_bytes.load()).c_str(), summary->inputs,
+              format::SourceKindName(summary->kind), m.shards.size(),
+              HumanBytes(m.total_bytes).c_str(), seconds,
+              seconds > 0 ? m.total_samples / seconds : 0.0,
+              HumanBytes(seconds > 0 ? progress.input_bytes.load() / seconds : 0).c_str());
+  std::string fields;
+  for (const std::string& f : m.fields) fields += (fields.empty() ? "" : ", ") + f;
+  std::printf("fields: %s\nmanifest: %s\n", fields.c_str(), summary->manifest_url.c_str());
+  return absl::OkStatus();
+}
+
+struct InspectArgs {
+  std::string url;
+  bool verify = false;
+  int keys = 5;
+};
+
+// A TFRecord or tar file: read it through (every CRC the format has is checked on the way).
+absl::Status InspectStream(const InspectArgs& args) {
+  ASSIGN_OR_RETURN(std::unique_ptr<format::SampleStream> stream, format::OpenSampleStream(args.url));
+  uint64_t samples = 0, bytes = 0;
+  std::set<std::string> fields;
+  std::vector<std::string> first_keys;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<format::Sample> sample, stream->Next());
+    if (!sample.has_value()) break;
+    ++samples;
+    bytes += sample->ByteSize();
+    for (const format::Field& f : sample->fields) fields.insert(f.name);
+    if (first_keys.size() < static_cast<size_t>(args.keys)) first_keys.push_back(sample->key);
+  }
+  std::printf("%s\n  format: %s\n  samples: %llu\n  sample bytes: %s\n  fields:", args.url.c_str(),
+              args.url.ends_with(".tar") ? "WebDataset tar" : "TFRecord",
+              static_cast<unsigned long long>(samples), HumanBytes(bytes).c_str());
+  for (const std::string& f : fields) std::printf(" %s", f.c_str());
+  std::printf("\n  first keys:\n");
+  for (const std::string& k : first_keys) std::printf("    %s\n", k.c_str());
+  if (args.verify) std::printf("verify: OK (read every record)\n");
+  return absl::OkStatus();
+}
+
+absl::Status Inspect(const InspectArgs& args) {
+  if (args.url.ends_with(".tar") || args.url.ends_with(".tfrecord") ||
+      args.url.ends_with(".tfrecords") || args.url.ends_with(".tfr")) {
+    return InspectStream(args);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(args.url));
+  const format::Manifest& m = ds->manifest();
+  bool single = args.url.ends_with(".stk");
+  std::printf("%s\n  format: stoker %s, version 1\n  shards: %zu\n  samples: %llu\n  bytes: %s\n",
+              single ? ds->ShardUrl(0).c_str() : ds->url().c_str(), single ? "shard" : "dataset",
+              m.shards.size(), static_cast<unsigned long long>(ds->size()),
+              HumanBytes(m.total_bytes).c_str());
+  if (!single) {
+    std::printf("  fields:");
+    for (const std::string& f : m.fields) std::printf(" %s", f.c_str());
+    std::printf("\n");
+  }
+  std::printf("  sample directory: %s in memory\n", HumanBytes(ds->directory().MemoryBytes()).c_str());
+  size_t shown = std::min<size_t>(m.shards.size(), 10);
+  for (size_t s = 0; s < shown; ++s) {
+    std::printf("  %-24s %8llu samples %12s\n", m.shards[s].name.c_str(),
+                static_cast<unsigned long long>(m.shards[s].samples),
+                HumanBytes(m.shards[s].bytes).c_str());
+  }
+  if (shown < m.shards.size()) std::printf("  ... %zu more shards\n", m.shards.size() - shown);
+  std::printf("  first keys:\n");
+  for (uint64_t i = 0; i < std::min<uint64_t>(ds->size(), args.keys); ++i) {
+    std::printf("    %s\n", std::string(ds->key(i)).c_str());
+  }
+  if (!args.verify) return absl::OkStatus();
+
+  // Verify every shard (several at a time); report the first failure with its shard and offset.
+  absl::Mutex mu;
+  absl::Status first_error;
+  uint64_t verified = 0;
+  {
+    ThreadPool pool("verify", 4);
+    for (size_t s = 0; s < m.shards.size(); ++s) {
+      pool.Schedule([&, s] {
+        absl::StatusOr<uint64_t> count = format::VerifyShard(ds->ShardUrl(s));
+        absl::MutexLock lock(&mu);
+        if (count.ok()) {
+          verified += *count;
+        } else if (first_error.ok()) {
+          first_error = count.status();
+        }
+      });
+    }
+  }
+  if (!first_error.ok()) return Annotate(first_error, "verify failed");
+  std::printf("verify: OK, %llu records in %zu shards, every CRC matches\n",
+              static_cast<unsigned long long>(verified), m.shards.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
+  auto* convert = app.add_subcommand(
+      "convert",
+      "Convert a folder tree (root/<class>/<file>), WebDataset .tar files or TFRecord files into "
+      "stoker shards + manifest.json at DST (a folder or s3://bucket/prefix)");
+  auto* c = new ConvertArgs;
+  convert->add_option("SRC", c->src, "folder tree root, .tar / .tfrecord file, or a folder of them")
+      ->required();
+  convert->add_option("DST", c->dst, "destination folder or s3://bucket/prefix")->required();
+  convert->add_option("--shard-size", c->shard_size,
+                      "target shard size in bytes (suffixes K, M, G; 64M–256M recommended)")
+      ->capture_default_str();
+  convert->add_option("--zstd", c->zstd, "compress each record with zstd at this level (0: off)")
+      ->capture_default_str();
+  convert->add_option("-j,--jobs", c->jobs, "shards written in parallel")->capture_default_str();
+  convert->callback([=] { *result = Convert(*c); });
+
+  auto* inspect = app.add_subcommand(
+      "inspect", "Describe a stoker dataset or shard (or a .tar / .tfrecord file): counts, sizes, "
+                 "fields, first keys; --verify checks every CRC");
+  auto* i = new InspectArgs;
+  inspect->add_option("URL", i->url, "dataset folder/prefix, manifest.json, shard, .tar or .tfrecord")
+      ->required();
+  inspect->add_flag("--verify", i->verify, "read every record and check its CRC");
+  inspect->add_option("--keys", i->keys, "how many first keys to print")->capture_default_str();
+  inspect->callback([=] { *result = Inspect(*i); });
+}
+
+}  // namespace stoker::cli
