@@ -512,12 +512,16 @@ void FaultProxy::ServeConnection(int client_fd, uint64_t id) {
       break;
     }
     const int upstream_fd = upstream->fd();
-    if (!SendAll(upstream_fd, forward_head) ||
-        RelayBody(client, request_framing, [&](std::string_view data) {
-          return SendAll(upstream_fd, data);
-        }) != RelayResult::kDone) {
-      break;
-    }
+    RelayResult sent = SendAll(upstream_fd, forward_head)
+                           ? RelayBody(client, request_framing,
+                                       [&](std::string_view data) {
+                                         return SendAll(upstream_fd, data);
+                                       })
+                           : RelayResult::kStopped;
+    if (sent == RelayResult::kReadError) break;  // the client went away mid-request
+    // The upstream may answer early and stop reading (a 403 to a large PUT): relay its answer,
+    // then close, since the rest of the client's body is still unread.
+    const bool request_cut_short = sent == RelayResult::kStopped;
 
     // The response head; interim 1xx responses are dropped (the proxy sent its own 100).
     Head response;
@@ -556,7 +560,7 @@ void FaultProxy::ServeConnection(int client_fd, uint64_t id) {
       end = fault->fault == FaultKind::kResetAfterBytes ? End::kReset : End::kClose;
       break;
     }
-    if (relayed != RelayResult::kDone) break;
+    if (relayed != RelayResult::kDone || request_cut_short) break;
     if (response_framing.kind == Framing::kUntilClose) break;  // the close delimits the body
     if (response.HasToken("connection", "close")) close_upstream();
     if (client_wants_close) break;
