@@ -145,6 +145,8 @@ void HttpTransport::Start(std::unique_ptr<Transfer> transfer) {
   curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  // Send the path exactly as built: S3 signs it, and curl would otherwise squash "/./" and "/../".
+  curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -291,11 +293,12 @@ void Attempt(std::shared_ptr<RetryCall> call, absl::Time not_before) {
   }
   request->not_before = not_before;
   std::string url = request->url;
+  bool has_body = request->method != "HEAD";
   call->transport->Send(
-      *std::move(request), [call, url](absl::StatusOr<HttpResponse> response) mutable {
+      *std::move(request), [call, url, has_body](absl::StatusOr<HttpResponse> response) mutable {
         absl::StatusOr<HttpResponse> result = std::move(response);
         if (result.ok()) {
-          absl::Status length_ok = CheckBodyLength(*result, url);
+          absl::Status length_ok = has_body ? CheckBodyLength(*result, url) : absl::OkStatus();
           result = length_ok.ok() ? call->check(*std::move(result)) : length_ok;
         }
         if (result.ok() || !IsRetryable(result.status()) ||
