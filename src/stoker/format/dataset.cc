@@ -91,7 +91,14 @@ std::string Dataset::ShardUrl(size_t shard) const { return store_->Url(shard_key
 absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::string_view url,
                                                        DatasetOptions options) {
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
-  std::shared_ptr<io::ObjectStore> store = target.store;
+  return Open(std::move(target.store), target.key, options);
+}
+
+absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::shared_ptr<io::ObjectStore> store,
+                                                       std::string_view key,
+                                                       DatasetOptions options) {
+  io::StoreAndKey target{store, std::string(key)};
+  std::string url = store->Url(key);
   std::string prefix;
   Manifest manifest;
   if (target.key.ends_with(".stk")) {

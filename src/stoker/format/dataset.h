@@ -62,6 +62,11 @@ class Dataset {
   // FailedPrecondition (manifest disagrees with a shard; re-run `stoker convert`).
   static absl::StatusOr<std::shared_ptr<Dataset>> Open(std::string_view url,
                                                        DatasetOptions options = {});
+  // The same over a given store (e.g. a test double or a caching wrapper): `key` names the dataset
+  // prefix, its manifest.json or a single shard, as the URL does above.
+  static absl::StatusOr<std::shared_ptr<Dataset>> Open(std::shared_ptr<io::ObjectStore> store,
+                                                       std::string_view key,
+                                                       DatasetOptions options = {});
 
   uint64_t size() const { return directory_.size(); }
   std::string_view key(uint64_t index) const { return directory_.key(index); }

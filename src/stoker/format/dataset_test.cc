@@ -12,7 +12,9 @@
 
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_writer.h"
+#include "stoker/io/memory_store.h"
 #include "stoker/io/url.h"
+#include "stoker/testing/latency_store.h"
 
 namespace stoker::format {
 namespace {
@@ -234,6 +236,45 @@ TEST(DatasetTest, WrongMagicOrVersionFailsUpFront) {
   FlipByte(shard, size - 3);
   FlipByte(shard, 8);  // header version
   EXPECT_THAT(VerifyShard(shard).status().message(), HasSubstr("version"));
+}
+
+// A minibatch of nearby samples of one shard is one request, not one per sample; samples spread
+// over several shards take one request per shard (they are far apart within each).
+TEST(DatasetTest, BatchedReadsCoalesceNeighbours) {
+  auto base = std::make_shared<io::MemoryStore>("coalesce");
+  auto counting = std::make_shared<testing::LatencyStore>(base);
+  {
+    DatasetWriterOptions options;
+    options.shard_bytes = 400 << 10;
+    auto writer = DatasetWriter::Open("mem://coalesce-src/d", options);
+    ASSERT_TRUE(writer.ok());
+    for (uint64_t i = 0; i < 600; ++i) ASSERT_TRUE((*writer)->Add(MakeSample(i)).ok());
+    auto manifest = (*writer)->Close();
+    ASSERT_TRUE(manifest.ok());
+    ASSERT_GE(manifest->shards.size(), 3u);
+    auto source = io::OpenUrl("mem://coalesce-src/d/");
+    auto listing = source->store->List({source->key, "", 0});
+    for (const io::ObjectInfo& info : listing->objects) {
+      ASSERT_TRUE(base->Put(info.key.substr(source->key.size()), *source->store->Read(info.key)).ok());
+    }
+  }
+  auto ds = Dataset::Open(counting, "");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  uint64_t first_shard_end = (*ds)->directory().shard_start(1);
+  std::vector<uint64_t> batch;
+  for (uint64_t i = 0; i < 32 && i < first_shard_end; ++i) batch.push_back((i * 7) % first_shard_end);
+  int64_t before = counting->reads();
+  auto samples = (*ds)->ReadSamples(batch);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(counting->reads() - before, 1) << "one request for " << batch.size() << " samples";
+  for (size_t j = 0; j < batch.size(); ++j) EXPECT_EQ((*samples)[j].fields, MakeSample(batch[j]).fields);
+
+  std::vector<uint64_t> spread = {0, (*ds)->directory().shard_start(1), (*ds)->directory().shard_start(2),
+                                  1, (*ds)->directory().shard_start(1) + 1};
+  before = counting->reads();
+  samples = (*ds)->ReadSamples(spread);
+  ASSERT_TRUE(samples.ok());
+  EXPECT_EQ(counting->reads() - before, 3);
 }
 
 // The directory's memory for 1 M samples: the figure the issue asks for.
