@@ -10,5 +10,6 @@ namespace stoker::cli {
 
 void RegisterIoCommands(CLI::App& app, absl::Status* result);
 void RegisterFormatCommands(CLI::App& app, absl::Status* result);
+void RegisterRunCommands(CLI::App& app, absl::Status* result);
 
 }  // namespace stoker::cli

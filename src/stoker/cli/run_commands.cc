@@ -1,0 +1,136 @@
+// stoker run: runs a pipeline spec in-process and reports throughput (docs/pipeline.md).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <tuple>
+#include <sstream>
+
+#include "stoker/cli/commands.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/data/pipeline.h"
+
+namespace stoker::cli {
+namespace {
+
+struct RunOptions {
+  std::string spec;
+  int64_t epochs = 1;
+  int64_t max_elements = -1;
+  bool print_keys = false;
+  int threads = 0;
+  std::string checkpoint;  // write a resume token here when stopping before the end
+  std::string resume;      // start from the token in this file
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("cannot open '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::Status Run(const RunOptions& o) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const data::Pipeline> pipeline, data::Pipeline::FromFile(o.spec));
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  int64_t elements = 0, samples = 0, bytes = 0;
+  int64_t first_epoch = 0;
+  std::string token;
+  if (!o.resume.empty()) {
+    ASSIGN_OR_RETURN(token, ReadFile(o.resume));
+  }
+  std::unique_ptr<data::PipelineIterator> it;
+  std::vector<std::unique_ptr<data::PipelineIterator>> finished;  // kept for their stats
+  bool stopped_early = false;
+  for (int64_t epoch = first_epoch; epoch < o.epochs; ++epoch) {
+    it = pipeline->MakeIterator(epoch, o.threads);
+    if (!token.empty()) {
+      RETURN_IF_ERROR(Annotate(it->Restore(token), StrCat("resuming from ", o.resume)));
+      epoch = it->epoch();
+      token.clear();
+      if (epoch >= o.epochs) break;
+    }
+    while (true) {
+      if (o.max_elements >= 0 && elements >= o.max_elements) {
+        stopped_early = true;
+        break;
+      }
+      ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
+      if (!e) break;
+      ++elements;
+      samples += static_cast<int64_t>(e->keys.size());
+      bytes += static_cast<int64_t>(e->ByteSize());
+      if (o.print_keys) {
+        for (const std::string& key : e->keys) std::printf("%s\n", key.c_str());
+      }
+    }
+    if (stopped_early) break;
+    finished.push_back(std::move(it));
+  }
+  std::fflush(stdout);
+  if (!o.checkpoint.empty()) {
+    if (stopped_early && it) {
+      ASSIGN_OR_RETURN(std::string saved, it->Save());
+      std::ofstream out(o.checkpoint, std::ios::trunc);
+      out << saved;
+      if (!out) return absl::UnavailableError(StrCat("cannot write checkpoint '", o.checkpoint, "'"));
+    } else {
+      std::remove(o.checkpoint.c_str());  // nothing left to resume
+    }
+  }
+  const double seconds =
+      std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+  std::fprintf(stderr,
+               "stoker run: %lld elements, %lld samples, %.1f MB in %.2f s: %.1f elements/s, "
+               "%.1f samples/s, %.1f MB/s (pipeline %s, %d threads)\n",
+               static_cast<long long>(elements), static_cast<long long>(samples), bytes / 1e6,
+               seconds, elements / seconds, samples / seconds, bytes / 1e6 / seconds,
+               pipeline->fingerprint().c_str(), o.threads > 0 ? o.threads : pipeline->threads());
+  // Time per stage, summed over the epochs run.
+  std::map<std::string, std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> stages;
+  std::vector<std::string> order;
+  if (it) finished.push_back(std::move(it));
+  for (const auto& f : finished) {
+    for (const data::StageStats* s : f->runtime().AllStats()) {
+      if (!stages.count(s->name)) order.push_back(s->name);
+      auto& [busy, n, b, skipped, par] = stages[s->name];
+      busy += s->busy_ns;
+      n += s->elements;
+      b += s->bytes;
+      skipped += s->skipped;
+      par = s->parallelism;
+    }
+  }
+  std::fprintf(stderr, "  %-48s %10s %12s %10s %8s\n", "stage", "cpu s", "elements", "MB", "skipped");
+  for (const std::string& name : order) {
+    auto& [busy, n, b, skipped, par] = stages[name];
+    std::string label = par > 0 ? StrCat(name, " (parallelism ", par, ")") : name;
+    std::fprintf(stderr, "  %-48s %10.3f %12lld %10.1f %8lld\n", label.c_str(), busy / 1e9,
+                 static_cast<long long>(n), b / 1e6, static_cast<long long>(skipped));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterRunCommands(CLI::App& app, absl::Status* result) {
+  auto* run = app.add_subcommand("run", "Run a pipeline spec in-process and report throughput");
+  auto* o = new RunOptions;
+  run->add_option("SPEC", o->spec, "pipeline spec (JSON file, see docs/pipeline.md)")->required();
+  run->add_option("--epochs", o->epochs, "epochs to run (default 1)")->check(CLI::PositiveNumber);
+  run->add_option("--max-elements", o->max_elements, "stop after this many elements");
+  run->add_flag("--print-keys", o->print_keys,
+                "print the key of every delivered sample, one a line, in delivery order");
+  run->add_option("--threads", o->threads, "CPU pool size (default: the spec's, else all cores)");
+  run->add_option("--checkpoint", o->checkpoint,
+                  "when stopping at --max-elements, write a resume token to this file");
+  run->add_option("--resume", o->resume, "continue from a token written by --checkpoint");
+  run->callback([=] { *result = Run(*o); });
+}
+
+}  // namespace stoker::cli
