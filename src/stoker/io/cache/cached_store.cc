@@ -1,0 +1,264 @@
+#include "stoker/io/cache/cached_store.h"
+
+#include <algorithm>
+
+#include "absl/time/clock.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/io/range_util.h"
+
+namespace stoker::io {
+namespace {
+
+// Stat results kept at most; beyond it expired entries are pruned.
+constexpr size_t kMaxCachedStats = 100000;
+
+// The version part of block keys: the ETag, or size and mtime for stores that cannot tell one.
+std::string VersionOf(const ObjectInfo& info) {
+  if (!info.etag.empty()) return info.etag;
+  return StrCat("size=", info.size, ",mtime=", absl::ToUnixNanos(info.mtime));
+}
+
+class InvalidatingWriter : public ObjectWriter {
+ public:
+  InvalidatingWriter(std::unique_ptr<ObjectWriter> base, CachedStore* store, std::string key)
+      : base_(std::move(base)), store_(store), key_(std::move(key)) {}
+  absl::Status Append(Buffer data) override { return base_->Append(std::move(data)); }
+  absl::Status Close() override {
+    absl::Status status = base_->Close();
+    store_->Invalidate(key_);
+    return status;
+  }
+
+ private:
+  std::unique_ptr<ObjectWriter> base_;
+  CachedStore* store_;
+  std::string key_;
+};
+
+// One ReadAsync: the blocks it needs, filled in as they arrive from the cache, from other
+// callers' fetches, or from its own.
+struct BlockRead {
+  std::string url;
+  ByteRange range;          // clamped to the object
+  uint64_t first_block = 0;
+  uint64_t block_size = 0;
+  uint64_t object_size = 0;
+  ReadCallback done;        // called once, by whoever delivers the last block
+  // Set when a FailedPrecondition (the object changed) may start the read over; takes `done`.
+  absl::AnyInvocable<void(ReadCallback)> retry;
+
+  absl::Mutex mu;
+  std::vector<Buffer> blocks ABSL_GUARDED_BY(mu);
+  size_t remaining ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+
+  uint64_t ExpectedSize(size_t i) const {
+    uint64_t start = (first_block + i) * block_size;
+    return std::min(block_size, object_size - start);
+  }
+
+  void Deliver(size_t i, absl::StatusOr<Buffer> block) {
+    {
+      absl::MutexLock lock(&mu);
+      if (!block.ok()) {
+        if (status.ok()) status = block.status();
+      } else if (block->size() != ExpectedSize(i)) {
+        if (status.ok()) {
+          status = absl::DataLossError(StrCat("block ", first_block + i, " of ", url, " has ",
+                                              block->size(), " bytes, expected ", ExpectedSize(i)));
+        }
+      } else {
+        blocks[i] = *std::move(block);
+      }
+      if (--remaining > 0) return;
+    }
+    Finish();
+  }
+
+  void Finish() {
+    absl::Status final_status;
+    std::vector<Buffer> parts;
+    {
+      absl::MutexLock lock(&mu);
+      final_status = status;
+      parts = std::move(blocks);
+    }
+    if (!final_status.ok()) {
+      if (final_status.code() == absl::StatusCode::kFailedPrecondition && retry) {
+        std::move(retry)(std::move(done));
+        return;
+      }
+      std::move(done)(final_status);
+      return;
+    }
+    uint64_t skip = range.offset - first_block * block_size;
+    if (parts.size() == 1) {
+      std::move(done)(parts[0].Slice(skip, range.length));
+      return;
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      uint64_t start = (first_block + i) * block_size;
+      uint64_t from = std::max(start, range.offset) - start;
+      uint64_t to = std::min(start + parts[i].size(), range.offset + range.length) - start;
+      parts[i] = parts[i].Slice(from, to - from);
+    }
+    std::move(done)(Buffer::Concat(parts));
+  }
+};
+
+}  // namespace
+
+CachedStore::CachedStore(std::shared_ptr<ObjectStore> base, std::shared_ptr<BlockCache> cache,
+                         CachedStoreOptions options)
+    : base_(std::move(base)), cache_(std::move(cache)), options_(options) {}
+
+std::string CachedStore::Url(std::string_view key) const { return base_->Url(key); }
+
+absl::StatusOr<ObjectInfo> CachedStore::StatCached(std::string_view key, bool fresh) {
+  absl::Time now = absl::Now();
+  if (!fresh) {
+    absl::MutexLock lock(&mu_);
+    auto it = stats_.find(key);
+    if (it != stats_.end() && it->second.expires > now) return it->second.info;
+  }
+  ASSIGN_OR_RETURN(ObjectInfo info, base_->Stat(key));
+  absl::MutexLock lock(&mu_);
+  if (stats_.size() >= kMaxCachedStats) {
+    for (auto it = stats_.begin(); it != stats_.end();) {
+      it = it->second.expires <= now ? stats_.erase(it) : std::next(it);
+    }
+    if (stats_.size() >= kMaxCachedStats) stats_.clear();
+  }
+  stats_[std::string(key)] = CachedStat{info, now + options_.stat_ttl};
+  return info;
+}
+
+absl::StatusOr<ObjectInfo> CachedStore::Stat(std::string_view key) {
+  return StatCached(key, /*fresh=*/false);
+}
+
+absl::StatusOr<ListResult> CachedStore::List(const ListOptions& options) {
+  return base_->List(options);
+}
+
+void CachedStore::ReadAsync(ReadRequest request, ReadCallback done) {
+  ReadWithRetry(std::move(request), std::move(done), /*may_retry=*/true);
+}
+
+void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may_retry) {
+  auto info = StatCached(request.key, /*fresh=*/!may_retry);
+  if (info.ok() && !request.if_match.empty() && info->etag != request.if_match && may_retry) {
+    info = StatCached(request.key, /*fresh=*/true);  // the cached Stat may be stale
+  }
+  if (!info.ok()) {
+    std::move(done)(info.status());
+    return;
+  }
+  std::string url = base_->Url(request.key);
+  if (!request.if_match.empty() && info->etag != request.if_match) {
+    std::move(done)(absl::FailedPreconditionError(StrCat(
+        url, " changed while being read (ETag ", info->etag, ", expected ", request.if_match, ")")));
+    return;
+  }
+  auto range = ClampRange(request.range, info->size, url);
+  if (!range.ok() || range->length == 0) {
+    std::move(done)(range.ok() ? absl::StatusOr<Buffer>(Buffer()) : range.status());
+    return;
+  }
+  const uint64_t bs = std::max<uint64_t>(1, options_.block_size);
+  auto read = std::make_shared<BlockRead>();
+  read->url = url;
+  read->range = *range;
+  read->first_block = range->offset / bs;
+  read->block_size = bs;
+  read->object_size = info->size;
+  uint64_t last_block = (range->offset + range->length - 1) / bs;
+  size_t count = last_block - read->first_block + 1;
+  {
+    absl::MutexLock lock(&read->mu);
+    read->blocks.resize(count);
+    read->remaining = count;
+  }
+  if (may_retry && request.if_match.empty()) {
+    // The object changed since the cached Stat: start over once with a fresh one.
+    read->retry = [this, request](ReadCallback done) mutable {
+      Invalidate(request.key);
+      ReadWithRetry(std::move(request), std::move(done), /*may_retry=*/false);
+    };
+  }
+  read->done = std::move(done);
+
+  std::string version = VersionOf(*info);
+  std::vector<uint64_t> missing;
+  std::vector<std::pair<size_t, Buffer>> hits;
+  for (size_t i = 0; i < count; ++i) {
+    BlockKey key{url, version, read->first_block + i};
+    BlockCache::Handle hit;
+    auto outcome = cache_->LookupOrFetch(key, &hit, [read, i](absl::StatusOr<BlockCache::Handle> h) {
+      read->Deliver(i, h.ok() ? absl::StatusOr<Buffer>(h->data()) : h.status());
+    });
+    if (outcome == BlockCache::Outcome::kHit) hits.emplace_back(i, hit.data());
+    if (outcome == BlockCache::Outcome::kFetch) missing.push_back(i);
+  }
+
+  // Runs of consecutive missing blocks, each at most max_request_bytes, one request per run.
+  const uint64_t max_blocks = std::max<uint64_t>(1, options_.max_request_bytes / bs);
+  std::vector<std::pair<size_t, size_t>> runs;  // [first, last] indices into the read's blocks
+  for (size_t i : missing) {
+    if (!runs.empty() && runs.back().second + 1 == i && i - runs.back().first < max_blocks) {
+      runs.back().second = i;
+    } else {
+      runs.emplace_back(i, i);
+    }
+  }
+  for (auto& [i, block] : hits) read->Deliver(i, std::move(block));
+  for (auto [first, last] : runs) {
+    uint64_t start = (read->first_block + first) * bs;
+    uint64_t end = std::min((read->first_block + last + 1) * bs, info->size);
+    ReadRequest fetch{request.key, {start, end - start}, info->etag};
+    base_->ReadAsync(std::move(fetch), [this, read, url, version, first, last, start,
+                                        end](absl::StatusOr<Buffer> data) {
+      if (data.ok() && data->size() != end - start) {
+        data = absl::DataLossError(StrCat("reading bytes [", start, ", ", end, ") of ", url,
+                                          ": got ", data->size(), " bytes"));
+      }
+      for (size_t i = first; i <= last; ++i) {
+        BlockKey key{url, version, read->first_block + i};
+        if (!data.ok()) {
+          cache_->Abandon(key, data.status());
+          read->Deliver(i, data.status());
+          continue;
+        }
+        uint64_t offset = (i - first) * read->block_size;
+        Buffer block = data->Slice(offset, read->block_size);
+        // A block cut from a larger response gets its own storage, so evicting it frees it.
+        if (first != last) block = Buffer::Copy(block.view());
+        cache_->Fulfill(key, block);
+        read->Deliver(i, std::move(block));
+      }
+    });
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ObjectWriter>> CachedStore::OpenWriter(std::string_view key) {
+  ASSIGN_OR_RETURN(auto writer, base_->OpenWriter(key));
+  return std::make_unique<InvalidatingWriter>(std::move(writer), this, std::string(key));
+}
+
+absl::Status CachedStore::Delete(std::string_view key) {
+  absl::Status status = base_->Delete(key);
+  Invalidate(key);
+  return status;
+}
+
+void CachedStore::Invalidate(std::string_view key) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = stats_.find(key);
+    if (it != stats_.end()) stats_.erase(it);
+  }
+  cache_->EraseObject(base_->Url(key));
+}
+
+}  // namespace stoker::io

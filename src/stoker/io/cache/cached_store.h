@@ -1,0 +1,78 @@
+// CachedStore: an ObjectStore decorator that reads through a shared BlockCache.
+//
+//   Stat     cached for stat_ttl, to learn an object's size and ETag without a request per read.
+//   ReadAsync  reads whole blocks through the cache: hits are served from RAM (or disk); runs of
+//            missing blocks are fetched as one request each (at most max_request_bytes, so a large
+//            read still runs as concurrent requests), with if_match = the ETag, and concurrent
+//            misses of one block share one request (single flight). A range within one block comes
+//            back as a slice of the cached block (no copy); a range across blocks is assembled.
+//   List     passes through.
+//   Put/OpenWriter/Delete  pass through and then drop the object's cached size, ETag and blocks.
+//
+// Staleness: a change made by another process is seen within stat_ttl (until then the old
+// version's blocks may be served; never a mix of versions in one read: a read that finds the
+// object changed under it starts over once with a fresh Stat).
+//
+// Thread safety: thread-safe. ReadAsync blocks the caller for a Stat when the object's size and
+// ETag are not cached, and for disk-tier reads of cached blocks; callbacks run on the base store's
+// threads (or the caller's, on a full hit).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "stoker/io/cache/block_cache.h"
+#include "stoker/io/object_store.h"
+
+namespace stoker::io {
+
+struct CachedStoreOptions {
+  // 1 MiB: below S3's max_hole (2.7 MB), so reading a whole block for a small range costs little
+  // more time than the request it needs anyway; small enough that random small reads do not
+  // multiply the bytes read by much (see docs/reads.md).
+  uint64_t block_size = 1 << 20;
+  absl::Duration stat_ttl = absl::Seconds(10);
+  // Runs of missing blocks are fetched in requests of at most this many bytes (the part size).
+  uint64_t max_request_bytes = 8 << 20;
+};
+
+class CachedStore : public ObjectStore {
+ public:
+  CachedStore(std::shared_ptr<ObjectStore> base, std::shared_ptr<BlockCache> cache,
+              CachedStoreOptions options = {});
+
+  std::string Url(std::string_view key) const override;
+  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  absl::StatusOr<ListResult> List(const ListOptions& options) override;
+  void ReadAsync(ReadRequest request, ReadCallback done) override;
+  absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
+  absl::Status Delete(std::string_view key) override;
+
+  // Forgets what is cached about `key` (size, ETag, blocks).
+  void Invalidate(std::string_view key);
+
+  BlockCache& cache() { return *cache_; }
+  ObjectStore& base() { return *base_; }
+  const CachedStoreOptions& options() const { return options_; }
+
+ private:
+  absl::StatusOr<ObjectInfo> StatCached(std::string_view key, bool fresh);
+  void ReadWithRetry(ReadRequest request, ReadCallback done, bool may_retry);
+
+  const std::shared_ptr<ObjectStore> base_;
+  const std::shared_ptr<BlockCache> cache_;
+  const CachedStoreOptions options_;
+
+  struct CachedStat {
+    ObjectInfo info;
+    absl::Time expires;
+  };
+  absl::Mutex mu_;
+  std::map<std::string, CachedStat, std::less<>> stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stoker::io
