@@ -929,11 +929,7 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
             "batch: field '", name, "' is ", DTypeName(t.dtype), " in sample '", e.FirstKey(),
             "' but ", DTypeName(t0.dtype), " in sample '", first.FirstKey(), "'; add a cast"));
       }
-      if (t.dtype == DType::kBytes) {
-        return absl::InvalidArgumentError(
-            StrCat("batch: field '", name, "' holds undecoded bytes (sample '", e.FirstKey(),
-                   "'); decode it (decode_image, cast) or drop it (map_field) before batching"));
-      }
+      if (t.dtype == DType::kBytes) break;  // handled below
       if (t.shape.size() != shape.size()) {
         return absl::InvalidArgumentError(StrCat(
             "batch: field '", name, "' has rank ", t.shape.size(), " in sample '", e.FirstKey(),
@@ -949,6 +945,22 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
             t0.ShapeString(), " but sample '", e.FirstKey(), "' has ", t.ShapeString(),
             "; resize or crop to one size, or use padded_batch"));
       }
+    }
+    if (t0.dtype == DType::kBytes) {
+      // Undecoded labels (WebDataset ".cls": decimal text) become int64 [n]; other bytes cannot
+      // be stacked.
+      MutableBuffer labels(static_cast<size_t>(n) * sizeof(int64_t));
+      for (int64_t i = 0; i < n; ++i) {
+        auto v = ScalarAsInt(elements[i].fields.at(name));
+        if (!v.ok()) {
+          return absl::InvalidArgumentError(StrCat(
+              "batch: field '", name, "' holds undecoded bytes (sample '", elements[i].FirstKey(),
+              "'); decode it (decode_image, cast) or drop it (map_field) before batching"));
+        }
+        std::memcpy(labels.data() + i * sizeof(int64_t), &*v, sizeof(int64_t));
+      }
+      out.fields[name] = Tensor{DType::kInt64, {n}, std::move(labels).Finish()};
+      continue;
     }
     const size_t item = DTypeSize(t0.dtype);
     int64_t per = item;

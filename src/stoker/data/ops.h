@@ -59,7 +59,9 @@ NodePtr MakeSkipNode(NodePtr input, int64_t count);
 NodePtr MakePrefetchNode(NodePtr input, int64_t buffer);
 
 // Stacks elements into one contiguous tensor per field (shape [n, ...]). Fields must agree in
-// name and dtype; shapes must be equal unless `padded`. Errors name the field and the samples.
+// name and dtype; shapes must be equal unless `padded`. Undecoded bytes fields that hold decimal
+// integers (labels such as WebDataset's "cls") become int64 [n]; other bytes are an error. Errors
+// name the field and the samples.
 absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded, double padding_value);
 
 }  // namespace stoker::data

@@ -113,10 +113,14 @@ TEST(Batch, RaggedFieldIsAnErrorNamingTheField) {
   EXPECT_NE(s.message().find("padded_batch"), std::string::npos) << s;
 }
 
-TEST(Batch, UndecodedBytesAreAnError) {
+TEST(Batch, UndecodedBytesAreAnErrorExceptIntegerLabels) {
   RegisterTexts("texts10", 10);
   auto s = FirstError({{"source", {{"memory", "texts10"}}}, {"ops", {{{"op", "batch"}, {"size", 2}}}}});
-  EXPECT_NE(s.message().find("undecoded bytes"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("field 'txt' holds undecoded bytes"), std::string::npos) << s;
+  auto out = RunAll({{"source", {{"memory", "texts10"}}},
+                     {"ops", {{{"op", "map_field"}, {"drop", {"txt"}}}, {{"op", "batch"}, {"size", 4}}}}});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(Int64s(out[0].fields.at("cls")), (std::vector<int64_t>{0, 1, 2, 0}));
 }
 
 TEST(PaddedBatch, PadsToLongest) {
