@@ -1,12 +1,15 @@
 // LatencyStore: a test double that wraps any ObjectStore and delays every ReadAsync on its own
-// timer thread, like a network store with a time to first byte. It can also inject faults into
+// timer thread, like a network store with a time to first byte and a per-connection bandwidth
+// (delay = latency + uniform jitter + bytes / bytes_per_second; requests do not slow each other).
+// The base store is read when the request arrives; the answer is delivered when it is due. It can also inject faults into
 // reads: fail the next N, stall the next N until released, or shorten the next N bodies. It counts
 // reads so tests can assert how many requests reached the store. Stat, List, writes and Delete
 // pass straight through (counted too).
 //
 // Thread safety: every method is thread-safe. Callbacks run on the timer thread (never on the
 // caller's), one at a time, in due-time order. The destructor delivers every pending and stalled
-// read at once (so readers waiting on them finish), then joins the thread.
+// read at once (so readers waiting on them finish), waits for the answers the base store still
+// owes, then joins the thread.
 #pragma once
 
 #include <atomic>
@@ -34,6 +37,7 @@ class LatencyStore : public io::ObjectStore {
   struct Options {
     absl::Duration latency = absl::Milliseconds(1);  // fixed delay of every read
     absl::Duration jitter = absl::ZeroDuration();    // plus uniform [0, jitter)
+    double bytes_per_second = 0;  // plus size / bytes_per_second (per request); 0: no limit
     uint32_t seed = 1;
   };
 
@@ -124,37 +128,63 @@ class LatencyStore : public io::ObjectStore {
     int64_t seen = max_in_flight_.load();
     while (now_in_flight > seen && !max_in_flight_.compare_exchange_weak(seen, now_in_flight)) {
     }
-    absl::MutexLock lock(&mu_);
-    log_.push_back(request);
-    Pending pending{std::move(request), std::move(done), absl::OkStatus(), 0};
-    if (fail_next_ > 0) {
-      --fail_next_;
-      pending.fail = fail_status_;
+    absl::Time arrived = absl::Now();
+    absl::Status fail;
+    uint64_t shorten_by = 0;
+    bool stall = false;
+    {
+      absl::MutexLock lock(&mu_);
+      log_.push_back(request);
+      if (fail_next_ > 0) {
+        --fail_next_;
+        fail = fail_status_;
+      }
+      if (shorten_next_ > 0) {
+        --shorten_next_;
+        shorten_by = shorten_by_;
+      }
+      if (stall_next_ > 0) {
+        --stall_next_;
+        stall = true;
+      }
     }
-    if (shorten_next_ > 0) {
-      --shorten_next_;
-      pending.shorten_by = shorten_by_;
-    }
-    if (stall_next_ > 0) {
-      --stall_next_;
-      stalled_.push_back(std::move(pending));
+    auto enqueue = [this, arrived, stall, done = std::move(done)](
+                       absl::StatusOr<Buffer> result) mutable {
+      absl::MutexLock lock(&mu_);
+      Pending pending{std::move(result), std::move(done)};
+      if (stall) {
+        stalled_.push_back(std::move(pending));
+      } else {
+        absl::Duration delay = options_.latency;
+        if (options_.jitter > absl::ZeroDuration()) {
+          delay += options_.jitter * std::uniform_real_distribution<double>(0, 1)(rng_);
+        }
+        if (options_.bytes_per_second > 0 && pending.result.ok()) {
+          delay += absl::Seconds(static_cast<double>(pending.result->size()) /
+                                 options_.bytes_per_second);
+        }
+        queue_.emplace(arrived + delay, std::move(pending));
+      }
       cv_.SignalAll();
+    };
+    if (!fail.ok()) {
+      enqueue(std::move(fail));
       return;
     }
-    absl::Duration delay = options_.latency;
-    if (options_.jitter > absl::ZeroDuration()) {
-      delay += options_.jitter * std::uniform_real_distribution<double>(0, 1)(rng_);
-    }
-    queue_.emplace(absl::Now() + delay, std::move(pending));
-    cv_.SignalAll();
+    base_->ReadAsync(std::move(request), [shorten_by, enqueue = std::move(enqueue)](
+                                             absl::StatusOr<Buffer> result) mutable {
+      if (result.ok() && shorten_by > 0) {
+        size_t keep = result->size() > shorten_by ? result->size() - shorten_by : 0;
+        result = result->Slice(0, keep);
+      }
+      enqueue(std::move(result));
+    });
   }
 
  private:
   struct Pending {
-    io::ReadRequest request;
+    absl::StatusOr<Buffer> result;
     io::ReadCallback done;
-    absl::Status fail;
-    uint64_t shorten_by = 0;
   };
 
   void Loop() {
@@ -164,7 +194,8 @@ class LatencyStore : public io::ObjectStore {
         // Deliver everything left at once so nobody waits forever.
         for (auto& pending : stalled_) queue_.emplace(absl::InfinitePast(), std::move(pending));
         stalled_.clear();
-        if (queue_.empty()) return;
+        // Also wait for answers the base store still owes (an asynchronous base).
+        if (queue_.empty() && in_flight_.load() == 0) return;
       }
       if (queue_.empty()) {
         cv_.Wait(&mu_);
@@ -185,22 +216,8 @@ class LatencyStore : public io::ObjectStore {
   }
 
   void Deliver(Pending pending) {
-    if (!pending.fail.ok()) {
-      in_flight_.fetch_sub(1);
-      std::move(pending.done)(pending.fail);
-      return;
-    }
-    uint64_t shorten_by = pending.shorten_by;
-    base_->ReadAsync(std::move(pending.request),
-                     [this, shorten_by, done = std::move(pending.done)](
-                         absl::StatusOr<Buffer> result) mutable {
-                       if (result.ok() && shorten_by > 0) {
-                         size_t keep = result->size() > shorten_by ? result->size() - shorten_by : 0;
-                         result = result->Slice(0, keep);
-                       }
-                       in_flight_.fetch_sub(1);
-                       std::move(done)(std::move(result));
-                     });
+    in_flight_.fetch_sub(1);
+    std::move(pending.done)(std::move(pending.result));
   }
 
   const std::shared_ptr<io::ObjectStore> base_;

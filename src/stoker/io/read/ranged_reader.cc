@@ -1,6 +1,7 @@
 #include "stoker/io/read/ranged_reader.h"
 
 #include <algorithm>
+#include <array>
 #include <future>
 #include <map>
 #include <thread>
@@ -60,8 +61,11 @@ class RangedReader::Impl {
  public:
   Impl(std::shared_ptr<ObjectStore> store, ReaderOptions options)
       : store_(std::move(store)),
-        options_(options),
-        tracker_({options.hedge_multiple, options.hedge_floor, options.hedge_min_samples}) {
+        options_(options) {
+    for (auto& tracker : trackers_) {
+      tracker = std::make_unique<LatencyTracker>(LatencyTracker::Options{
+          options.hedge_multiple, options.hedge_floor, options.hedge_min_samples});
+    }
     options_.max_parts_in_flight = std::max(1, options_.max_parts_in_flight);
     options_.part_size = std::max<uint64_t>(1, options_.part_size);
   }
@@ -83,7 +87,17 @@ class RangedReader::Impl {
 
   const std::shared_ptr<ObjectStore> store_;
   ReaderOptions options_;
-  LatencyTracker tracker_;
+
+  // Latency grows with request size, so parts are compared only with parts of a similar size:
+  // below 256 KiB (time to first byte dominates), below 2 MiB, up to 8 MiB, and larger.
+  static size_t SizeClass(uint64_t length) {
+    if (length < (256 << 10)) return 0;
+    if (length < (2 << 20)) return 1;
+    if (length <= (8 << 20)) return 2;
+    return 3;
+  }
+  LatencyTracker& TrackerFor(const ByteRange& range) { return *trackers_[SizeClass(range.length)]; }
+  std::array<std::unique_ptr<LatencyTracker>, 4> trackers_;
 
  private:
   void Pump(const std::shared_ptr<ReadCall>& call);
@@ -164,7 +178,7 @@ void RangedReader::Impl::IssueAttempt(const std::shared_ptr<ReadCall>& call, siz
   }
   absl::Time started = absl::Now();
   if (!hedge && options_.hedge) {
-    absl::Duration delay = tracker_.HedgeDelay();
+    absl::Duration delay = TrackerFor(range).HedgeDelay();
     if (delay != absl::InfiniteDuration()) ScheduleHedge(call, part, started + delay);
   }
   store_->ReadAsync(ReadRequest{call->key, range, call->if_match},
@@ -179,11 +193,13 @@ void RangedReader::Impl::IssueAttempt(const std::shared_ptr<ReadCall>& call, siz
 void RangedReader::Impl::OnAttemptDone(const std::shared_ptr<ReadCall>& call, size_t part,
                                        absl::Time started, absl::StatusOr<Buffer> result) {
   bool all_done = false;
+  ByteRange range;
   {
     absl::MutexLock lock(&call->mu);
     // A part of a call that already failed or finished (its parts may be gone).
     if (call->finished) return;
     ReadCall::Part& p = call->parts[part];
+    range = p.range;
     --p.attempts_pending;
     if (p.done) return;  // the loser of a hedge race
     if (!result.ok()) {
@@ -215,7 +231,7 @@ void RangedReader::Impl::OnAttemptDone(const std::shared_ptr<ReadCall>& call, si
     std::move(call->done)(Annotate(result.status(), StrCat("reading ", call->url)));
     return;
   }
-  tracker_.Record(absl::Now() - started);
+  TrackerFor(range).Record(absl::Now() - started);
   if (all_done) {
     Finish(call);
   } else {
