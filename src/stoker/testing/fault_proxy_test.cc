@@ -273,6 +273,28 @@ TEST_F(FaultProxyTest, ProbabilityRulesAreSeededAndCanBeCleared) {
   EXPECT_EQ(proxy_->faults_injected(), errors);
 }
 
+TEST(FaultProxyUpstreamTest, UnreachableUpstreamGets502) {
+  // A port nothing listens on: bind one, then close it.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  absl::StatusOr<std::unique_ptr<FaultProxy>> proxy =
+      FaultProxy::Start({.upstream_port = ntohs(addr.sin_port)});
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  RawClient client((*proxy)->port());
+  EXPECT_EQ(client.Get("/anything").status, 502);
+}
+
+TEST(FaultProxyUpstreamTest, RejectsBadOptions) {
+  EXPECT_FALSE(FaultProxy::Start({.upstream_host = "localhost", .upstream_port = 80}).ok());
+  EXPECT_FALSE(FaultProxy::Start({.upstream_port = 0}).ok());
+}
+
 TEST_F(FaultProxyTest, DestructionEndsStalledAndIdleConnections) {
   RawClient idle(proxy_->port());
   EXPECT_EQ(idle.Get("/data/small.txt").status, 200);  // now an idle keep-alive connection
