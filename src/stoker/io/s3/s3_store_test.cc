@@ -9,6 +9,7 @@
 #include <random>
 
 #include "stoker/io/url.h"
+#include "stoker/testing/fault_proxy.h"
 #include "stoker/testing/s3_server.h"
 
 namespace stoker::io {
@@ -190,6 +191,80 @@ TEST_F(S3StoreTest, ObjectsUploadedByTheAwsCliReadBackThroughOpenUrl) {
   auto listing = target->store->List({"from/", "/"});
   ASSERT_EQ(listing->objects.size(), 1u);
   EXPECT_EQ(listing->objects[0].key, "from/cli");
+}
+
+// Faults injected between the store and the real server by the test FaultProxy.
+class S3StoreFaultTest : public S3StoreTest {
+ protected:
+  void SetUp() override {
+    S3StoreTest::SetUp();
+    if (HasFatalFailure()) return;
+    testing::FaultProxy::Options options;
+    options.upstream_port = s3().port();
+    auto proxy = testing::FaultProxy::Start(options);
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+    data_ = RandomBytes(2'000'000, 5);
+    ASSERT_TRUE(Store()->Put("faults/object", Buffer::Copy(data_)).ok());
+  }
+
+  std::unique_ptr<S3Store> ProxiedStore(S3StoreOptions options = {}) {
+    options.retry.initial_backoff = absl::Milliseconds(5);
+    s3::S3Config config = Config();
+    config.endpoint = proxy_->endpoint();
+    return std::make_unique<S3Store>(config, bucket_, options);
+  }
+
+  std::unique_ptr<testing::FaultProxy> proxy_;
+  std::string data_;
+};
+
+TEST_F(S3StoreFaultTest, SlowDownAndServerErrorsAreRetried) {
+  proxy_->AddRule({"GET", "faults/object", 2, 0, testing::FaultKind::kSlowDown503});
+  proxy_->AddRule({"GET", "faults/object", 1, 0, testing::FaultKind::kInternalError500});
+  auto read = ProxiedStore()->Read("faults/object", {100, 500'000});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->view() == std::string_view(data_).substr(100, 500'000));
+  EXPECT_EQ(proxy_->faults_injected(), 3);
+}
+
+TEST_F(S3StoreFaultTest, ResetsAndTruncatedBodiesAreRetriedNeverReturnedShort) {
+  testing::FaultRule reset{"GET", "faults/object", 2, 0, testing::FaultKind::kResetAfterBytes};
+  reset.after_bytes = 1000;
+  testing::FaultRule truncate{"GET", "faults/object", 2, 0, testing::FaultKind::kTruncateBody};
+  truncate.after_bytes = 70'000;
+  proxy_->AddRule(reset);
+  proxy_->AddRule(truncate);
+  auto read = ProxiedStore()->Read("faults/object");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), data_.size());
+  EXPECT_TRUE(read->view() == data_);
+  EXPECT_EQ(proxy_->faults_injected(testing::FaultKind::kResetAfterBytes), 2);
+  EXPECT_EQ(proxy_->faults_injected(testing::FaultKind::kTruncateBody), 2);
+}
+
+TEST_F(S3StoreFaultTest, PersistentFailureIsUnavailableWithTheLastError) {
+  proxy_->AddRule({"GET", "faults/object", 0, 1.0, testing::FaultKind::kSlowDown503});
+  S3StoreOptions options;
+  options.retry.max_attempts = 4;
+  auto read = ProxiedStore(options)->Read("faults/object");
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("4 attempts"));
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("SlowDown"));
+  EXPECT_EQ(proxy_->faults_injected(), 4);
+}
+
+TEST_F(S3StoreFaultTest, MultipartPartFailuresAreRetried) {
+  S3StoreOptions options;
+  options.part_size = 5 << 20;
+  options.multipart_threshold = 5 << 20;
+  proxy_->AddRule({"PUT", "partNumber=2", 1, 0, testing::FaultKind::kInternalError500});
+  testing::FaultRule reset{"PUT", "partNumber=1", 1, 0, testing::FaultKind::kResetAfterBytes};
+  proxy_->AddRule(reset);
+  std::string big = RandomBytes(11 << 20, 6);
+  ASSERT_TRUE(ProxiedStore(options)->Put("faults/multipart", Buffer::Copy(big)).ok());
+  EXPECT_EQ(proxy_->faults_injected(), 2);
+  EXPECT_TRUE(Store()->Read("faults/multipart")->view() == big);
 }
 
 }  // namespace
