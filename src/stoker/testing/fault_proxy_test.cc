@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "stoker/core/strings.h"
+#include "stoker/core/thread.h"
 #include "stoker/testing/http_server.h"
 #include "stoker/testing/subprocess.h"
 
@@ -306,7 +307,9 @@ TEST_F(FaultProxyTest, DestructionEndsStalledAndIdleConnections) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_EQ(proxy_->faults_injected(FaultKind::kStall), 1);
+  EXPECT_GE(LiveThreadCount(), 3);  // the acceptor and one thread per connection
   proxy_.reset();  // must not wait out the stall
+  EXPECT_EQ(LiveThreadCount(), 0);  // every thread was joined
   EXPECT_EQ(stalled.Read().ending, Ending::kEof);
   EXPECT_EQ(idle.Read().ending, Ending::kEof);
 }
