@@ -256,12 +256,10 @@ class Normalize : public Transform {
     MutableBuffer out(static_cast<size_t>(h * w * c) * sizeof(float));
     float* dst = reinterpret_cast<float*>(out.data());
     const int64_t plane = h * w;
-    for (int64_t i = 0; i < plane; ++i) {
-      for (int64_t k = 0; k < c; ++k) {
-        float x = t->dtype == DType::kUint8 ? t->values<uint8_t>()[i * c + k]
-                                            : t->values<float>()[i * c + k];
-        dst[chw_ ? k * plane + i : i * c + k] = x * a[k] + b[k];
-      }
+    if (t->dtype == DType::kUint8) {
+      Apply(t->values<uint8_t>(), dst, plane, c, a, b);
+    } else {
+      Apply(t->values<float>(), dst, plane, c, a, b);
     }
     std::vector<int64_t> shape = chw_ ? std::vector<int64_t>{c, h, w} : t->shape;
     e.fields[field_] = Tensor{DType::kFloat32, std::move(shape), std::move(out).Finish()};
@@ -269,6 +267,23 @@ class Normalize : public Transform {
   }
 
  private:
+  // One pass per channel with the layout decided outside the inner loop (vectorises).
+  template <typename T>
+  void Apply(const T* src, float* dst, int64_t plane, int64_t c, const std::vector<float>& a,
+             const std::vector<float>& b) const {
+    for (int64_t k = 0; k < c; ++k) {
+      const float ak = a[k], bk = b[k];
+      if (chw_) {
+        float* out = dst + k * plane;
+        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<float>(src[i * c + k]) * ak + bk;
+      } else {
+        for (int64_t i = 0; i < plane; ++i) {
+          dst[i * c + k] = static_cast<float>(src[i * c + k]) * ak + bk;
+        }
+      }
+    }
+  }
+
   std::string field_;
   std::vector<double> mean_, std_;
   bool chw_;

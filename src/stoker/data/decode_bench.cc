@@ -1,0 +1,50 @@
+// decode_bench DIR [--repeat N]: the decode-only ceiling for P3 (docs/pipeline.md). Loads every
+// .jpg under DIR into memory, then decodes them on one thread with TurboJPEG at full scale and at
+// reduced DCT scales, printing images/s per core for each.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "stoker/data/image.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR [--repeat N]\n", argv[0]);
+    return 2;
+  }
+  int repeat = argc >= 4 ? std::atoi(argv[3]) : 1;
+  std::vector<stoker::Buffer> images;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(argv[1])) {
+    if (entry.path().extension() != ".jpg") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    images.push_back(stoker::Buffer::FromString(
+        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>())));
+  }
+  if (images.empty()) {
+    std::fprintf(stderr, "no .jpg files under %s\n", argv[1]);
+    return 1;
+  }
+  const std::pair<int, int> scales[] = {{1, 1}, {3, 4}, {5, 8}, {1, 2}, {1, 4}};
+  for (auto [num, denom] : scales) {
+    auto start = std::chrono::steady_clock::now();
+    size_t decoded = 0;
+    for (int r = 0; r < repeat; ++r) {
+      for (const auto& jpeg : images) {
+        auto t = stoker::data::DecodeImage(jpeg, 3, num, denom);
+        if (!t.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
+          return 1;
+        }
+        ++decoded;
+      }
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("decode scale %d/%d: %.1f images/s per core\n", num, denom, decoded / s);
+  }
+  return 0;
+}
