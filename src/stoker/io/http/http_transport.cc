@@ -151,6 +151,7 @@ void HttpTransport::Start(std::unique_ptr<Transfer> transfer) {
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);  // fewer, larger body callbacks
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   // A transfer that moves less than 1 byte/s for 30 s is stalled: fail it so it can be retried.
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
