@@ -30,7 +30,7 @@ namespace stoker::data {
 // Per-stage counters, reported by `stoker run`. Thread-safe (atomics).
 struct StageStats {
   std::string name;
-  std::atomic<int64_t> busy_ns{0};      // CPU time spent in the stage's own work
+  std::atomic<int64_t> busy_ns{0};      // thread CPU time spent in the stage's own work
   std::atomic<int64_t> elements{0};     // elements produced
   std::atomic<int64_t> bytes{0};        // bytes of the elements produced
   std::atomic<int64_t> skipped{0};      // elements dropped by on_error: skip

@@ -21,8 +21,8 @@ struct ImageSize {
 // The size of a JPEG from its header; nullopt if `bytes` is not a JPEG.
 std::optional<ImageSize> JpegSize(const Buffer& bytes);
 
-// The largest reduction num/denom TurboJPEG supports such that the image scaled by it is still at
-// least need_w x need_h (1/1 if none is).
+// The largest reduction among 1/2, 1/4, 1/8 (the fast ones) such that the image scaled by it is
+// still at least need_w x need_h (1/1 if none is).
 std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h);
 
 // Decodes a JPEG or PNG into uint8 [height, width, channels] (channels 1 or 3). JPEGs are decoded

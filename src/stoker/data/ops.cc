@@ -8,6 +8,8 @@
 #include <numeric>
 #include <thread>
 
+#include <time.h>
+
 #include "absl/synchronization/mutex.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -22,6 +24,13 @@ using Clock = std::chrono::steady_clock;
 
 int64_t NanosSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+}
+
+// CPU time of the calling thread, so stage costs stay meaningful on a busy machine.
+int64_t ThreadCpuNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 absl::Status BadState(std::string_view what) {
@@ -84,9 +93,9 @@ class IndexedSourceIterator : public Iterator {
       for (int64_t i = pos_; i < std::min(n, pos_ + kReadChunk); ++i) {
         indices.push_back(order_.empty() ? i : order_[i]);
       }
-      auto start = Clock::now();
+      int64_t start = ThreadCpuNanos();
       ASSIGN_OR_RETURN(std::vector<Element> read, node_.source_->Read(indices));
-      stats_->busy_ns += NanosSince(start);
+      stats_->busy_ns += ThreadCpuNanos() - start;
       for (Element& e : read) {
         e.epoch = ctx_.epoch;
         stats_->elements += 1;
@@ -151,7 +160,7 @@ class StreamSourceIterator : public Iterator {
 
   absl::StatusOr<std::optional<Element>> GetNext() override {
     while (shard_pos_ < static_cast<int64_t>(order_.size())) {
-      auto start = Clock::now();
+      int64_t start = ThreadCpuNanos();
       if (stream_ == nullptr) {
         ASSIGN_OR_RETURN(stream_, node_.source_->OpenShard(order_[shard_pos_]));
         for (int64_t i = 0; i < record_; ++i) {  // after Restore: skip what was delivered
@@ -160,7 +169,7 @@ class StreamSourceIterator : public Iterator {
         }
       }
       ASSIGN_OR_RETURN(std::optional<Element> e, stream_->Next());
-      stats_->busy_ns += NanosSince(start);
+      stats_->busy_ns += ThreadCpuNanos() - start;
       if (e) {
         e->epoch = ctx_.epoch;
         e->sample_index = (static_cast<uint64_t>(order_[shard_pos_]) << 32) | record_;
@@ -221,11 +230,11 @@ absl::StatusOr<std::optional<Element>> RunSteps(const std::vector<MapStep>& step
                                                 const std::vector<StageStats*>& stats,
                                                 Element e) {
   for (size_t i = 0; i < steps.size(); ++i) {
-    auto start = Clock::now();
+    int64_t start = ThreadCpuNanos();
     Rng rng(MixSeed({steps[i].seed, static_cast<uint64_t>(e.epoch), e.sample_index}));
     std::string key = e.FirstKey();
     auto result = steps[i].transform->Apply(std::move(e), rng);
-    stats[i]->busy_ns += NanosSince(start);
+    stats[i]->busy_ns += ThreadCpuNanos() - start;
     if (!result.ok()) {
       return Annotate(result.status(), StrCat(steps[i].name, " on sample '", key, "'"));
     }
@@ -536,10 +545,10 @@ class BatchIterator : public Iterator {
         static_cast<int64_t>(elements.size()) < node_.options_.size) {
       return std::nullopt;
     }
-    auto start = Clock::now();
+    int64_t start = ThreadCpuNanos();
     ASSIGN_OR_RETURN(Element batch,
                      Collate(elements, node_.options_.padded, node_.options_.padding_value));
-    stats_->busy_ns += NanosSince(start);
+    stats_->busy_ns += ThreadCpuNanos() - start;
     stats_->elements += 1;
     stats_->bytes += static_cast<int64_t>(batch.ByteSize());
     return batch;
