@@ -15,9 +15,16 @@ namespace {
 
 std::string ScriptPath() { return StrCat(SourceDir(), "/scripts/http-test-server"); }
 
+absl::Status CheckScriptExists() {
+  if (std::filesystem::exists(ScriptPath())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      StrCat(ScriptPath(), " does not exist; set STOKER_SOURCE_DIR to stoker's source folder"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpTestServer>> HttpTestServer::Start(std::string_view root) {
+  if (absl::Status s = CheckScriptExists(); !s.ok()) return s;
   std::unique_ptr<HttpTestServer> server(new HttpTestServer());
   absl::StatusOr<std::string> state_dir = MakeTempDir("stoker-http");
   if (!state_dir.ok()) return state_dir.status();

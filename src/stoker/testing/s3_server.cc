@@ -17,6 +17,12 @@ constexpr char kAwsCli[] = "/usr/bin/aws";  // Debian's; a pyenv shim may shadow
 
 std::string ScriptPath() { return StrCat(SourceDir(), "/scripts/s3-test-server"); }
 
+absl::Status CheckScriptExists() {
+  if (std::filesystem::exists(ScriptPath())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      StrCat(ScriptPath(), " does not exist; set STOKER_SOURCE_DIR to stoker's source folder"));
+}
+
 // Parses "http://HOST:PORT" into host and port.
 absl::Status SplitEndpoint(const std::string& endpoint, std::string* host, int* port) {
   std::string_view rest = endpoint;
@@ -36,6 +42,7 @@ absl::Status SplitEndpoint(const std::string& endpoint, std::string* host, int* 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
+  if (absl::Status s = CheckScriptExists(); !s.ok()) return s;
   absl::StatusOr<std::string> dir = MakeTempDir("stoker-s3");
   if (!dir.ok()) return dir.status();
   std::unique_ptr<S3TestServer> server(new S3TestServer());
