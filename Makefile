@@ -41,6 +41,11 @@ fuzz:
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	bash scripts/run-fuzzers.sh build-fuzz
 
+# The all-in-one demo: a small JPEG dataset, converted to shards, served by an in-process dispatcher
+# and 2 workers, consumed with a progress bar.
+demo: deps build
+	./$(BUILD)/stoker demo
+
 bench: deps build
 	/usr/bin/python3 bench/run.py --build $(BUILD)
 
