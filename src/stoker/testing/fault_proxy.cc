@@ -218,12 +218,11 @@ RelayResult RelayBody(Stream& in, const Framing& framing, const Sink& sink) {
 
 std::string ErrorResponse(FaultKind kind) {
   const bool slow_down = kind == FaultKind::kSlowDown503;
-  std::string body = StrCat(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>",
-      slow_down ? "SlowDown" : "InternalError", "</Code><Message>",
-      slow_down ? "Please reduce your request rate."
-                : "We encountered an internal error. Please try again.",
-      "</Message><RequestId>stoker-fault-proxy</RequestId></Error>");
+  std::string body = StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>",
+                            slow_down ? "SlowDown" : "InternalError", "</Code><Message>",
+                            slow_down ? "Please reduce your request rate."
+                                      : "We encountered an internal error. Please try again.",
+                            "</Message><RequestId>stoker-fault-proxy</RequestId></Error>");
   return StrCat("HTTP/1.1 ", slow_down ? "503 Slow Down" : "500 Internal Server Error",
                 "\r\nContent-Type: application/xml\r\nContent-Length: ", body.size(),
                 "\r\nx-amz-request-id: stoker-fault-proxy\r\n\r\n", body);
@@ -285,7 +284,10 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const Options& opt
 }
 
 FaultProxy::FaultProxy(const Options& options, int listen_fd, int port)
-    : options_(options), listen_fd_(listen_fd), port_(port), latency_(options.latency),
+    : options_(options),
+      listen_fd_(listen_fd),
+      port_(port),
+      latency_(options.latency),
       rng_(options.seed) {}
 
 FaultProxy::~FaultProxy() {
@@ -342,8 +344,7 @@ int64_t FaultProxy::faults_injected(FaultKind kind) const {
   return it == faults_.end() ? 0 : it->second;
 }
 
-std::optional<FaultRule> FaultProxy::ChooseFault(std::string_view method,
-                                                 std::string_view target) {
+std::optional<FaultRule> FaultProxy::ChooseFault(std::string_view method, std::string_view target) {
   absl::MutexLock lock(&mu_);
   ++requests_seen_;
   for (auto it = rules_.begin(); it != rules_.end(); ++it) {
@@ -472,8 +473,8 @@ void FaultProxy::ServeConnection(int client_fd, uint64_t id) {
     if (sp1 == std::string_view::npos || sp2 <= sp1) break;  // not HTTP; hang up
     std::string method(line.substr(0, sp1));
     std::string target(line.substr(sp1 + 1, sp2 - sp1 - 1));
-    bool client_wants_close = request.HasToken("connection", "close") ||
-                              line.substr(sp2 + 1) == "HTTP/1.0";
+    bool client_wants_close =
+        request.HasToken("connection", "close") || line.substr(sp2 + 1) == "HTTP/1.0";
     Framing request_framing = RequestFraming(request);
 
     // The proxy answers "Expect: 100-continue" itself and does not forward it, so that a fault
@@ -494,8 +495,8 @@ void FaultProxy::ServeConnection(int client_fd, uint64_t id) {
       latency = latency_;
     }
 
-    if (fault && (fault->fault == FaultKind::kSlowDown503 ||
-                  fault->fault == FaultKind::kInternalError500)) {
+    if (fault &&
+        (fault->fault == FaultKind::kSlowDown503 || fault->fault == FaultKind::kInternalError500)) {
       if (RelayBody(client, request_framing, [](std::string_view) { return true; }) !=
           RelayResult::kDone) {
         break;
@@ -508,16 +509,16 @@ void FaultProxy::ServeConnection(int client_fd, uint64_t id) {
 
     if (!open_upstream()) {
       // 502 so the client sees a clear failure instead of a silent hang-up.
-      SendAll(client_fd, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      SendAll(client_fd,
+              "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
       break;
     }
     const int upstream_fd = upstream->fd();
-    RelayResult sent = SendAll(upstream_fd, forward_head)
-                           ? RelayBody(client, request_framing,
-                                       [&](std::string_view data) {
-                                         return SendAll(upstream_fd, data);
-                                       })
-                           : RelayResult::kStopped;
+    RelayResult sent =
+        SendAll(upstream_fd, forward_head)
+            ? RelayBody(client, request_framing,
+                        [&](std::string_view data) { return SendAll(upstream_fd, data); })
+            : RelayResult::kStopped;
     if (sent == RelayResult::kReadError) break;  // the client went away mid-request
     // The upstream may answer early and stop reading (a 403 to a large PUT): relay its answer,
     // then close, since the rest of the client's body is still unread.

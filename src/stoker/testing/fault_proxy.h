@@ -20,13 +20,13 @@
 // Independently of rules, set_latency(L) delays every response head by L.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 

@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (error_rate > 0) {
-    (*proxy)->AddRule({.probability = error_rate,
-                       .fault = stoker::testing::FaultKind::kSlowDown503});
+    (*proxy)->AddRule(
+        {.probability = error_rate, .fault = stoker::testing::FaultKind::kSlowDown503});
   }
   std::printf("listening on %s\n", (*proxy)->endpoint().c_str());
   std::fflush(stdout);

@@ -161,17 +161,17 @@ TEST_F(FaultProxyTest, RelaysChunkedListingsAndRequestBodies) {
   EXPECT_NE(listing->find("\"name\":\"small.txt\""), std::string::npos) << *listing;
 
   // A body with Expect: 100-continue reaches nginx (which refuses PUT with 405).
-  absl::StatusOr<CommandResult> put = RunCommand(
-      {"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect: 100-continue",
-       "--data-binary", std::string(100000, 'x'), "-X", "PUT",
-       proxy_->endpoint() + "/data/new.txt"});
+  absl::StatusOr<CommandResult> put =
+      RunCommand({"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                  "Expect: 100-continue", "--data-binary", std::string(100000, 'x'), "-X", "PUT",
+                  proxy_->endpoint() + "/data/new.txt"});
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_EQ(put->output, "405");
 }
 
 TEST_F(FaultProxyTest, SlowDownForTheNextMatchingRequests) {
-  proxy_->AddRule({.method = "GET", .path_substring = "big.bin", .count = 2,
-                   .fault = FaultKind::kSlowDown503});
+  proxy_->AddRule(
+      {.method = "GET", .path_substring = "big.bin", .count = 2, .fault = FaultKind::kSlowDown503});
   RawClient client(proxy_->port());
   // A request that does not match passes.
   EXPECT_EQ(client.Get("/data/small.txt").status, 200);
@@ -211,7 +211,9 @@ TEST_F(FaultProxyTest, ResetAfterBytes) {
 }
 
 TEST_F(FaultProxyTest, TruncatedBody) {
-  proxy_->AddRule({.path_substring = "big", .count = 1, .fault = FaultKind::kTruncateBody,
+  proxy_->AddRule({.path_substring = "big",
+                   .count = 1,
+                   .fault = FaultKind::kTruncateBody,
                    .after_bytes = 4096});
   RawClient client(proxy_->port());
   Response truncated = client.Get("/data/big.bin");
@@ -308,7 +310,7 @@ TEST_F(FaultProxyTest, DestructionEndsStalledAndIdleConnections) {
   }
   ASSERT_EQ(proxy_->faults_injected(FaultKind::kStall), 1);
   EXPECT_GE(LiveThreadCount(), 3);  // the acceptor and one thread per connection
-  proxy_.reset();  // must not wait out the stall
+  proxy_.reset();                   // must not wait out the stall
   EXPECT_EQ(LiveThreadCount(), 0);  // every thread was joined
   EXPECT_EQ(stalled.Read().ending, Ending::kEof);
   EXPECT_EQ(idle.Read().ending, Ending::kEof);

@@ -101,8 +101,8 @@ absl::Status HttpTestServer::WriteFile(std::string_view relative_path,
   std::error_code error;
   std::filesystem::create_directories(path.parent_path(), error);
   if (error) {
-    return absl::InternalError(StrCat("cannot create ", path.parent_path().string(), ": ",
-                                      error.message()));
+    return absl::InternalError(
+        StrCat("cannot create ", path.parent_path().string(), ": ", error.message()));
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(contents.data(), static_cast<std::streamsize>(contents.size()));

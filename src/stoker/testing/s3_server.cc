@@ -31,8 +31,7 @@ absl::Status SplitEndpoint(const std::string& endpoint, std::string* host, int* 
   }
   rest.remove_prefix(7);
   size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos ||
-      !absl::SimpleAtoi(ToAbsl(rest.substr(colon + 1)), port)) {
+  if (colon == std::string_view::npos || !absl::SimpleAtoi(ToAbsl(rest.substr(colon + 1)), port)) {
     return absl::InternalError(StrCat("unexpected S3 endpoint '", endpoint, "'"));
   }
   *host = std::string(rest.substr(0, colon));
@@ -49,12 +48,11 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
   server->state_dir_ = *dir;
   // STOKER_TEST_OWNER_PID makes the script stop the servers if this process dies without
   // running the destructor (a crash or a killed test).
-  absl::StatusOr<std::string> started =
-      RunCommandOk({"bash", ScriptPath(), "start", *dir},
-                   {{"STOKER_TEST_OWNER_PID", std::to_string(getpid())}});
+  absl::StatusOr<std::string> started = RunCommandOk(
+      {"bash", ScriptPath(), "start", *dir}, {{"STOKER_TEST_OWNER_PID", std::to_string(getpid())}});
   if (!started.ok()) {
-    return absl::UnavailableError(StrCat("the S3 test server (Swift) did not start: ",
-                                         started.status().message()));
+    return absl::UnavailableError(
+        StrCat("the S3 test server (Swift) did not start: ", started.status().message()));
   }
   absl::StatusOr<std::string> env = RunCommandOk({"bash", ScriptPath(), "env", *dir});
   if (!env.ok()) return env.status();
@@ -76,7 +74,8 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
     if (name == "AWS_REGION") server->region_ = value;
   }
   if (server->endpoint_.empty() || server->access_key_id_.empty()) {
-    return absl::InternalError(StrCat("'s3-test-server env ", *dir, "' printed no endpoint: ", *env));
+    return absl::InternalError(
+        StrCat("'s3-test-server env ", *dir, "' printed no endpoint: ", *env));
   }
   if (absl::Status s = SplitEndpoint(server->endpoint_, &server->host_, &server->port_); !s.ok()) {
     return s;

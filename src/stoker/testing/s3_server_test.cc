@@ -51,8 +51,8 @@ TEST_F(S3TestServerTest, PutAndGetThroughTheAwsCli) {
   std::string read_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(read_back == contents) << "read back " << read_back.size() << " bytes";
 
-  absl::StatusOr<std::string> head = s3().RunAwsCli(
-      {"s3api", "head-object", "--bucket", "put-get", "--key", "dir/object.bin"});
+  absl::StatusOr<std::string> head =
+      s3().RunAwsCli({"s3api", "head-object", "--bucket", "put-get", "--key", "dir/object.bin"});
   ASSERT_TRUE(head.ok()) << head.status();
   EXPECT_NE(head->find("\"ContentLength\": 20971520"), std::string::npos) << *head;
   std::filesystem::remove_all(*dir);
@@ -60,17 +60,17 @@ TEST_F(S3TestServerTest, PutAndGetThroughTheAwsCli) {
 
 TEST_F(S3TestServerTest, RequestSignedWithAWrongSecretIsRefused) {
   ASSERT_TRUE(s3().CreateBucket("signed").ok());
-  absl::StatusOr<CommandResult> result = RunCommand(
-      {"/usr/bin/aws", "--debug", "--endpoint-url", s3().endpoint(), "s3api", "list-objects-v2",
-       "--bucket", "signed"},
-      {{"AWS_ACCESS_KEY_ID", s3().access_key_id()},
-       {"AWS_SECRET_ACCESS_KEY", "not-the-secret"},
-       {"AWS_REGION", s3().region()},
-       {"AWS_SESSION_TOKEN", std::nullopt},
-       {"AWS_PROFILE", std::nullopt},
-       {"AWS_CONFIG_FILE", "/dev/null"},
-       {"AWS_SHARED_CREDENTIALS_FILE", "/dev/null"},
-       {"AWS_CA_BUNDLE", ""}});
+  absl::StatusOr<CommandResult> result =
+      RunCommand({"/usr/bin/aws", "--debug", "--endpoint-url", s3().endpoint(), "s3api",
+                  "list-objects-v2", "--bucket", "signed"},
+                 {{"AWS_ACCESS_KEY_ID", s3().access_key_id()},
+                  {"AWS_SECRET_ACCESS_KEY", "not-the-secret"},
+                  {"AWS_REGION", s3().region()},
+                  {"AWS_SESSION_TOKEN", std::nullopt},
+                  {"AWS_PROFILE", std::nullopt},
+                  {"AWS_CONFIG_FILE", "/dev/null"},
+                  {"AWS_SHARED_CREDENTIALS_FILE", "/dev/null"},
+                  {"AWS_CA_BUNDLE", ""}});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_NE(result->exit_code, 0);
   EXPECT_NE(result->output.find("HTTP/1.1\" 403"), std::string::npos) << result->output;
@@ -88,7 +88,9 @@ TEST_F(S3TestServerTest, FaultProxyInFrontOfSwift) {
       FaultProxy::Start({.upstream_port = s3().port()});
   ASSERT_TRUE(proxy.ok()) << proxy.status();
   (*proxy)->AddRule({.method = "PUT", .count = 1, .fault = FaultKind::kSlowDown503});
-  (*proxy)->AddRule({.method = "GET", .path_substring = "/through-proxy/object", .count = 1,
+  (*proxy)->AddRule({.method = "GET",
+                     .path_substring = "/through-proxy/object",
+                     .count = 1,
                      .fault = FaultKind::kInternalError500});
 
   absl::StatusOr<std::string> dir = MakeTempDir("stoker-s3-test");

@@ -28,9 +28,8 @@ std::string CommandLine(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-absl::StatusOr<CommandResult> RunCommand(
-    const std::vector<std::string>& argv,
-    const EnvOverrides& env) {
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                         const EnvOverrides& env) {
   if (argv.empty()) return absl::InvalidArgumentError("RunCommand: empty argv");
 
   // Everything the child needs is built before spawning.
@@ -68,8 +67,8 @@ absl::StatusOr<CommandResult> RunCommand(
   close(pipe_fds[1]);
   if (spawn_error != 0) {
     close(pipe_fds[0]);
-    return absl::FailedPreconditionError(StrCat("cannot run '", CommandLine(argv),
-                                                "': ", std::strerror(spawn_error)));
+    return absl::FailedPreconditionError(
+        StrCat("cannot run '", CommandLine(argv), "': ", std::strerror(spawn_error)));
   }
 
   CommandResult result;
@@ -87,18 +86,17 @@ absl::StatusOr<CommandResult> RunCommand(
   int wait_status = 0;
   while (waitpid(pid, &wait_status, 0) < 0) {
     if (errno != EINTR) {
-      return absl::InternalError(StrCat("waitpid for '", CommandLine(argv), "' failed: ",
-                                        std::strerror(errno)));
+      return absl::InternalError(
+          StrCat("waitpid for '", CommandLine(argv), "' failed: ", std::strerror(errno)));
     }
   }
-  result.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
-                                            : 128 + WTERMSIG(wait_status);
+  result.exit_code =
+      WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
   return result;
 }
 
-absl::StatusOr<std::string> RunCommandOk(
-    const std::vector<std::string>& argv,
-    const EnvOverrides& env) {
+absl::StatusOr<std::string> RunCommandOk(const std::vector<std::string>& argv,
+                                         const EnvOverrides& env) {
   absl::StatusOr<CommandResult> result = RunCommand(argv, env);
   if (!result.ok()) return result.status();
   if (result->exit_code != 0) {
@@ -113,7 +111,8 @@ absl::StatusOr<std::string> RunCommandOk(
 
 absl::StatusOr<std::string> MakeTempDir(std::string_view prefix) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string path = StrCat((tmp != nullptr && *tmp != '\0') ? tmp : "/tmp", "/", prefix, "-XXXXXX");
+  std::string path =
+      StrCat((tmp != nullptr && *tmp != '\0') ? tmp : "/tmp", "/", prefix, "-XXXXXX");
   if (mkdtemp(path.data()) == nullptr) {
     return absl::InternalError(StrCat("cannot create a temporary folder ", path, ": ",
                                       std::strerror(errno), "; check TMPDIR"));

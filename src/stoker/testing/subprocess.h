@@ -22,14 +22,12 @@ struct CommandResult {
 // Runs argv (argv[0] is looked up on PATH) with stdin from /dev/null and the current environment
 // with `env` applied, and waits for it. Fails only when the command cannot be
 // started; a non-zero exit is reported in the result. Thread-safe (uses posix_spawn).
-absl::StatusOr<CommandResult> RunCommand(
-    const std::vector<std::string>& argv,
-    const EnvOverrides& env = {});
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                         const EnvOverrides& env = {});
 
 // As RunCommand, but a non-zero exit is an Internal error naming the command and its output's tail.
-absl::StatusOr<std::string> RunCommandOk(
-    const std::vector<std::string>& argv,
-    const EnvOverrides& env = {});
+absl::StatusOr<std::string> RunCommandOk(const std::vector<std::string>& argv,
+                                         const EnvOverrides& env = {});
 
 // Creates a fresh folder named PREFIX-XXXXXX under $TMPDIR (default /tmp) and returns its path.
 absl::StatusOr<std::string> MakeTempDir(std::string_view prefix);
