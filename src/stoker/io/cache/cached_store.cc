@@ -213,7 +213,8 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
     }
   }
   for (auto& [i, block] : hits) read->Deliver(i, std::move(block));
-  for (auto [first, last] : runs) {
+  for (const auto& run : runs) {
+    size_t first = run.first, last = run.second;
     uint64_t start = (read->first_block + first) * bs;
     uint64_t end = std::min((read->first_block + last + 1) * bs, info->size);
     ReadRequest fetch{request.key, {start, end - start}, info->etag};

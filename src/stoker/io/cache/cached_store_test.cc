@@ -104,7 +104,7 @@ TEST(CachedStoreTest, ConcurrentMissesOfABlockIssueOneRequest) {
   std::atomic<int> correct{0};
   absl::Notification all_done;
   for (int i = 0; i < kReaders; ++i) {
-    f.store->ReadAsync({"obj", {5000 + i * 10, 100}, ""}, [&, i](absl::StatusOr<Buffer> r) {
+    f.store->ReadAsync({"obj", {5000 + i * 10u, 100}, ""}, [&, i](absl::StatusOr<Buffer> r) {
       if (r.ok() && r->view() == f.data.substr(5000 + i * 10, 100)) ++correct;
       if (++done == kReaders) all_done.Notify();
     });
