@@ -65,9 +65,26 @@ class Iterator {
   virtual absl::Status Restore(const nlohmann::json& state) = 0;
 };
 
+// Dynamic sharding (the service): a split is a contiguous run [begin, end) of positions in the
+// epoch's sample order (the permutation of an indexed source after its shuffle). With a provider,
+// an indexed source reads only the positions of the splits it is given, one split after another,
+// until the provider has no more. Called only from the thread driving the source; the provider
+// must outlive the iterator.
+struct Split {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+class SplitProvider {
+ public:
+  virtual ~SplitProvider() = default;
+  // The next split, or nullopt when there are no more.
+  virtual absl::StatusOr<std::optional<Split>> GetNext() = 0;
+};
+
 struct IteratorContext {
   Runtime* runtime = nullptr;  // not owned; outlives the iterator
   int64_t epoch = 0;
+  SplitProvider* splits = nullptr;  // not owned; null: the whole epoch
 };
 
 class DatasetNode {

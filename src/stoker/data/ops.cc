@@ -86,34 +86,66 @@ class IndexedSourceIterator : public Iterator {
   }
 
   absl::StatusOr<std::optional<Element>> GetNext() override {
-    int64_t n = node_.source_->size();
-    if (pos_ >= n) return std::nullopt;
+    const int64_t n = node_.source_->size();
+    if (!split_) split_ = ctx_.splits ? Split{0, 0} : Split{0, n};
+    while (ahead_.empty() && pos_ >= split_->end) {
+      if (ctx_.splits == nullptr) return std::nullopt;
+      ASSIGN_OR_RETURN(std::optional<Split> next, ctx_.splits->GetNext());
+      if (!next) return std::nullopt;
+      if (next->begin < 0 || next->end > n || next->begin > next->end) {
+        return absl::OutOfRangeError(StrCat("split [", next->begin, ", ", next->end,
+                                            ") is outside the dataset's ", n, " samples"));
+      }
+      split_ = next;
+      pos_ = next->begin;
+    }
     if (ahead_.empty()) {
       std::vector<int64_t> indices;
-      for (int64_t i = pos_; i < std::min(n, pos_ + kReadChunk); ++i) {
-        indices.push_back(order_.empty() ? i : order_[i]);
-      }
+      const int64_t end = std::min(split_->end, pos_ + kReadChunk);
+      for (int64_t i = pos_; i < end; ++i) indices.push_back(order_.empty() ? i : order_[i]);
       int64_t start = ThreadCpuNanos();
       ASSIGN_OR_RETURN(std::vector<Element> read, node_.source_->Read(indices));
       stats_->busy_ns += ThreadCpuNanos() - start;
-      for (Element& e : read) {
+      // A source may leave out samples it skipped (corrupt records): match by sample index so
+      // positions stay exact.
+      size_t j = 0;
+      for (int64_t i = pos_; i < end && j < read.size(); ++i) {
+        if (read[j].sample_index != static_cast<uint64_t>(indices[i - pos_])) continue;
+        Element& e = read[j++];
         e.epoch = ctx_.epoch;
         stats_->elements += 1;
         stats_->bytes += static_cast<int64_t>(e.ByteSize());
-        ahead_.push_back(std::move(e));
+        ahead_.emplace_back(i, std::move(e));
       }
-      if (ahead_.empty()) return absl::InternalError("source returned no samples");
+      pos_ = end;
+      if (ahead_.empty()) return GetNext();  // the whole chunk was skipped
     }
-    Element e = std::move(ahead_.front());
+    auto [position, e] = std::move(ahead_.front());
     ahead_.pop_front();
-    ++pos_;
-    return e;
+    delivered_ = position + 1;
+    return std::move(e);
   }
-  absl::StatusOr<json> Save() override { return json{{"pos", pos_}}; }
+  absl::StatusOr<json> Save() override {
+    json state = {{"pos", delivered_}};
+    if (split_) state["split"] = {split_->begin, split_->end};
+    return state;
+  }
   absl::Status Restore(const json& state) override {
     ASSIGN_OR_RETURN(int64_t pos, StateInt(state, "pos"));
-    if (pos < 0 || pos > node_.source_->size()) return BadState("position out of range");
-    pos_ = pos;
+    const int64_t n = node_.source_->size();
+    split_.reset();
+    if (state.contains("split")) {
+      const json& s = state["split"];
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number_integer()) {
+        return BadState("bad split");
+      }
+      split_ = Split{s[0].get<int64_t>(), s[1].get<int64_t>()};
+      if (split_->begin < 0 || split_->end > n || split_->begin > split_->end) {
+        return BadState("split out of range");
+      }
+    }
+    if (pos < 0 || pos > n) return BadState("position out of range");
+    pos_ = delivered_ = pos;
     ahead_.clear();
     return absl::OkStatus();
   }
@@ -122,9 +154,11 @@ class IndexedSourceIterator : public Iterator {
   const IndexedSourceNode& node_;
   IteratorContext ctx_;
   StageStats* stats_;
-  std::vector<int64_t> order_;  // empty: identity
-  int64_t pos_ = 0;             // index into the order of the next element to return
-  std::deque<Element> ahead_;   // read but not yet returned: order_[pos_ ...]
+  std::vector<int64_t> order_;   // empty: identity
+  std::optional<Split> split_;   // positions being read (the whole epoch without a provider)
+  int64_t pos_ = 0;              // next position to read
+  int64_t delivered_ = 0;        // position after the last element returned
+  std::deque<std::pair<int64_t, Element>> ahead_;  // read, not yet returned, with positions
 };
 
 std::unique_ptr<Iterator> IndexedSourceNode::MakeIterator(const IteratorContext& ctx) const {
@@ -159,6 +193,10 @@ class StreamSourceIterator : public Iterator {
   }
 
   absl::StatusOr<std::optional<Element>> GetNext() override {
+    if (ctx_.splits != nullptr) {
+      return absl::UnimplementedError(
+          "dynamic sharding (splits) needs an indexed source (\"dataset\"), not a stream");
+    }
     while (shard_pos_ < static_cast<int64_t>(order_.size())) {
       int64_t start = ThreadCpuNanos();
       if (stream_ == nullptr) {

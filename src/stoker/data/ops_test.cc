@@ -266,3 +266,49 @@ TEST(Checkpoint, TokenFromAnotherPipelineIsRejected) {
 
 }  // namespace
 }  // namespace stoker::data
+
+namespace stoker::data {
+namespace {
+
+class VectorSplits : public SplitProvider {
+ public:
+  explicit VectorSplits(std::vector<Split> splits) : splits_(std::move(splits)) {}
+  absl::StatusOr<std::optional<Split>> GetNext() override {
+    if (next_ >= splits_.size()) return std::nullopt;
+    return splits_[next_++];
+  }
+
+ private:
+  std::vector<Split> splits_;
+  size_t next_ = 0;
+};
+
+TEST(Splits, SourceReadsOnlyItsSplitsOfTheShuffledOrder) {
+  json spec = {{"source", {{"range", 100}}}, {"seed", 3},
+               {"ops", {{{"op", "shuffle"}}, {{"op", "batch"}, {"size", 7}}, {{"op", "prefetch"}}}}};
+  auto pipeline = testing::MustBuild(spec);
+  EXPECT_EQ(pipeline->source_size(), 100);
+  auto whole = Keys(RunAll(spec));
+  // Two workers sharing the epoch: splits [0,30) and [60,100) to one, [30,60) to the other.
+  VectorSplits a({{0, 30}, {60, 100}}), b({{30, 60}});
+  std::vector<std::string> got_a, got_b;
+  for (auto [provider, out] : {std::make_pair(&a, &got_a), std::make_pair(&b, &got_b)}) {
+    auto it = pipeline->MakeIterator(0, 2, provider);
+    while (true) {
+      auto e = it->GetNext();
+      ASSERT_TRUE(e.ok()) << e.status();
+      if (!e->has_value()) break;
+      out->insert(out->end(), (*e)->keys.begin(), (*e)->keys.end());
+    }
+  }
+  std::vector<std::string> want_a(whole.begin(), whole.begin() + 30);
+  want_a.insert(want_a.end(), whole.begin() + 60, whole.end());
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, std::vector<std::string>(whole.begin() + 30, whole.begin() + 60));
+  VectorSplits bad({{90, 120}});
+  EXPECT_EQ(pipeline->MakeIterator(0, 1, &bad)->GetNext().status().code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace stoker::data

@@ -265,6 +265,7 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   RETURN_IF_ERROR(b.ParseSource(spec));
   RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
   pipeline->root_ = b.node;
+  if (b.indexed) pipeline->source_size_ = b.indexed->size();
   pipeline->threads_ =
       threads > 0 ? static_cast<int>(threads)
                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -301,18 +302,20 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromFile(const std::st
   return pipeline;
 }
 
-std::unique_ptr<PipelineIterator> Pipeline::MakeIterator(int64_t epoch, int threads) const {
+std::unique_ptr<PipelineIterator> Pipeline::MakeIterator(int64_t epoch, int threads,
+                                                         SplitProvider* splits) const {
   return std::make_unique<PipelineIterator>(shared_from_this(), epoch,
-                                            threads > 0 ? threads : threads_);
+                                            threads > 0 ? threads : threads_, splits);
 }
 
 PipelineIterator::PipelineIterator(std::shared_ptr<const Pipeline> pipeline, int64_t epoch,
-                                   int threads)
+                                   int threads, SplitProvider* splits)
     : pipeline_(std::move(pipeline)),
       epoch_(epoch),
+      splits_(splits),
       runtime_(std::make_unique<Runtime>(threads, pipeline_->deterministic_,
                                          pipeline_->memory_budget_bytes_)) {
-  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_});
+  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_, splits_});
 }
 
 PipelineIterator::~PipelineIterator() {
@@ -345,7 +348,7 @@ absl::Status PipelineIterator::Restore(std::string_view text) {
   }
   root_.reset();
   epoch_ = token["epoch"].get<int64_t>();
-  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_});
+  root_ = pipeline_->root_->MakeIterator(IteratorContext{runtime_.get(), epoch_, splits_});
   return root_->Restore(token["state"]);
 }
 

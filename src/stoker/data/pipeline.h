@@ -48,8 +48,14 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
   // Number of elements per epoch when known without running the pipeline.
   std::optional<int64_t> Cardinality() const { return root_->Cardinality(); }
 
-  // An iterator over epoch `epoch` with its own CPU pool; threads > 0 overrides the spec.
-  std::unique_ptr<PipelineIterator> MakeIterator(int64_t epoch = 0, int threads = 0) const;
+  // Samples per epoch of an indexed source (what splits index into); nullopt for streams.
+  std::optional<int64_t> source_size() const { return source_size_; }
+
+  // An iterator over epoch `epoch` with its own CPU pool; threads > 0 overrides the spec. With
+  // `splits` (not owned, outlives the iterator) the source reads only the splits it hands out
+  // (dynamic sharding, see dataset.h).
+  std::unique_ptr<PipelineIterator> MakeIterator(int64_t epoch = 0, int threads = 0,
+                                                 SplitProvider* splits = nullptr) const;
 
  private:
   Pipeline() = default;
@@ -59,13 +65,15 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
   bool deterministic_ = true;
   int threads_ = 1;
   int64_t memory_budget_bytes_ = 0;
+  std::optional<int64_t> source_size_;
   friend class PipelineIterator;
   friend struct PipelineBuilder;
 };
 
 class PipelineIterator {
  public:
-  PipelineIterator(std::shared_ptr<const Pipeline> pipeline, int64_t epoch, int threads);
+  PipelineIterator(std::shared_ptr<const Pipeline> pipeline, int64_t epoch, int threads,
+                   SplitProvider* splits = nullptr);
   ~PipelineIterator();
 
   // The next element; nullopt at the end of the epoch.
@@ -82,6 +90,7 @@ class PipelineIterator {
  private:
   std::shared_ptr<const Pipeline> pipeline_;
   int64_t epoch_;
+  SplitProvider* splits_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<Iterator> root_;
 };
