@@ -87,6 +87,7 @@ TEST(CachedStoreTest, EdgesAndErrors) {
 
 TEST(CachedStoreTest, LargeReadsAreFetchedInBoundedRequests) {
   Fixture f({.block_size = 1000, .max_request_bytes = 3000});
+  f.base->SetLatency(absl::Milliseconds(20));  // long enough that the four requests overlap
   EXPECT_EQ(f.store->Read("obj")->view(), f.data);
   auto requests = f.base->requests();
   ASSERT_EQ(requests.size(), 4u);
