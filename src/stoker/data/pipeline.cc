@@ -103,19 +103,21 @@ struct PipelineBuilder {
       }
     } else if (p.Has("dataset")) {
       std::string url = p.String("dataset");
+      bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
       RETURN_IF_ERROR(p.Finish());
-      auto opened = OpenFormatDataset(url);
+      auto opened = OpenFormatDataset(url, skip);
       if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
       indexed = *opened;
     } else if (p.Has("tfrecord") || p.Has("tar")) {
       bool tar = p.Has("tar");
       std::vector<std::string> urls = p.StringList(tar ? "tar" : "tfrecord", std::nullopt);
+      bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
       RETURN_IF_ERROR(p.Finish());
       if (urls.empty()) {
         return absl::InvalidArgumentError(
             StrCat("$.source.", tar ? "tar" : "tfrecord", ": expected at least one URL"));
       }
-      auto opened = OpenFormatStream(urls, tar);
+      auto opened = OpenFormatStream(urls, tar, skip);
       if (!opened.ok()) return Annotate(opened.status(), StrCat("$.source.", tar ? "tar" : "tfrecord"));
       stream = *opened;
     }

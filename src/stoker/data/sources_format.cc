@@ -53,11 +53,13 @@ class FormatStream : public SampleStream {
 
 class FormatStreamSource : public StreamSource {
  public:
-  FormatStreamSource(std::vector<std::string> urls, bool tar) : urls_(std::move(urls)), tar_(tar) {}
+  FormatStreamSource(std::vector<std::string> urls, bool tar, bool skip_corrupt)
+      : urls_(std::move(urls)), tar_(tar), skip_corrupt_(skip_corrupt) {}
   int num_shards() const override { return static_cast<int>(urls_.size()); }
   absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const override {
     format::StreamOptions options;
     options.format = tar_ ? format::StreamFormat::kTar : format::StreamFormat::kTfRecord;
+    options.on_corrupt = skip_corrupt_ ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
     ASSIGN_OR_RETURN(auto s, format::OpenSampleStream(urls_[shard], options));
     return std::unique_ptr<SampleStream>(new FormatStream(std::move(s)));
   }
@@ -65,29 +67,34 @@ class FormatStreamSource : public StreamSource {
  private:
   std::vector<std::string> urls_;
   bool tar_;
+  bool skip_corrupt_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url) {
-  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(url));
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
+                                                                bool skip_corrupt) {
+  format::DatasetOptions options;
+  options.on_corrupt = skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
+  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(url, options));
   return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds)));
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                              bool tar) {
-  return std::shared_ptr<StreamSource>(new FormatStreamSource(std::move(urls), tar));
+                                                              bool tar, bool skip_corrupt) {
+  return std::shared_ptr<StreamSource>(new FormatStreamSource(std::move(urls), tar, skip_corrupt));
 }
 
 #else
 
-absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url) {
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
+                                                                bool skip_corrupt) {
   return absl::UnimplementedError(
       StrCat("cannot open '", url, "': this build has no shard format layer (stoker_format)"));
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                              bool tar) {
+                                                              bool tar, bool skip_corrupt) {
   return absl::UnimplementedError("this build has no shard format layer (stoker_format)");
 }
 
