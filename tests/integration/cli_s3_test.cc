@@ -15,10 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Stoker() {
-  const char* dir = std::getenv("STOKER_BINARY_DIR");
-  return StrCat(dir != nullptr ? dir : STOKER_DEFAULT_BINARY_DIR, "/stoker");
-}
+std::string Stoker() { return StrCat(STOKER_TEST_BINARY_DIR, "/stoker"); }
 
 void WriteRandomFile(const std::string& path, size_t size, uint32_t seed) {
   std::mt19937_64 gen(seed);

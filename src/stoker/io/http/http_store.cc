@@ -25,11 +25,10 @@ std::string EncodePath(std::string_view key) {
   return out;
 }
 
-absl::Time ParseHttpDate(const std::string& value) {
-  absl::Time t;
-  std::string error;
-  if (absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", value, &t, &error)) return t;
-  return absl::UnixEpoch();
+// Last-Modified and listing times; the epoch when the server sent none or a malformed one.
+absl::Time HttpTimeOrEpoch(const std::string& value) {
+  auto time = ParseHttpDate(value);
+  return time.ok() ? *time : absl::UnixEpoch();
 }
 
 }  // namespace
@@ -58,7 +57,7 @@ absl::StatusOr<ObjectInfo> HttpStore::Stat(std::string_view key) {
         StrCat(display, ": the server sent no Content-Length, so its size is unknown"));
   }
   info.etag = response.Header("etag");
-  info.mtime = ParseHttpDate(response.Header("last-modified"));
+  info.mtime = HttpTimeOrEpoch(response.Header("last-modified"));
   return info;
 }
 
@@ -95,7 +94,7 @@ absl::StatusOr<ListResult> HttpStore::List(const ListOptions& options) {
       }
       ObjectInfo info{key, entry.value("size", uint64_t{0}), "", absl::UnixEpoch()};
       if (entry.contains("mtime") && entry["mtime"].is_string()) {
-        info.mtime = ParseHttpDate(entry["mtime"].get<std::string>());
+        info.mtime = HttpTimeOrEpoch(entry["mtime"].get<std::string>());
       }
       found.push_back(std::move(info));
     }

@@ -1,5 +1,7 @@
 #include "stoker/io/http/http_util.h"
 
+#include <cctype>
+
 #include "absl/strings/numbers.h"
 #include "stoker/core/strings.h"
 
@@ -60,6 +62,20 @@ absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange
                                       " bytes for range ", first, "-", last));
   }
   return response.body;
+}
+
+absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value) {
+  absl::Time time;
+  std::string error;
+  // absl::ParseTime also accepts "infinite-past"/"infinite-future"; an HTTP date starts with a day.
+  const bool plausible = !value.empty() && std::isupper(static_cast<unsigned char>(value.front()));
+  if (!plausible || !absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", ToAbsl(value),
+                                     absl::UTCTimeZone(), &time, &error)) {
+    return absl::InvalidArgumentError(
+        StrCat("bad HTTP date '", value.substr(0, 100),
+               "' (want e.g. 'Wed, 12 Oct 2009 17:50:00 GMT'): ", error));
+  }
+  return time;
 }
 
 }  // namespace stoker::io

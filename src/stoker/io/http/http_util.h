@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "stoker/io/http/http_transport.h"
 #include "stoker/io/object_store.h"
 
@@ -21,5 +22,9 @@ absl::Status HttpStatusToStatus(int http_status, std::string_view url);
 // against Content-Range), a 200 (server ignored Range) is sliced. Anything else is an error.
 absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange requested,
                                          std::string_view url);
+
+// Parses an HTTP date (RFC 7231 IMF-fixdate, "Wed, 12 Oct 2009 17:50:00 GMT"), as in
+// Last-Modified headers. InvalidArgument otherwise.
+absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value);
 
 }  // namespace stoker::io

@@ -46,5 +46,14 @@ TEST(HttpUtilTest, StatusMapping) {
   EXPECT_EQ(HttpStatusToStatus(418, "u").code(), absl::StatusCode::kUnknown);
 }
 
+TEST(HttpDateTest, ParsesImfFixdate) {
+  auto t = ParseHttpDate("Wed, 12 Oct 2009 17:50:00 GMT");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, absl::FromCivil(absl::CivilSecond(2009, 10, 12, 17, 50, 0), absl::UTCTimeZone()));
+  EXPECT_FALSE(ParseHttpDate("yesterday").ok());
+  EXPECT_FALSE(ParseHttpDate("infinite-past").ok());
+  EXPECT_FALSE(ParseHttpDate("").ok());
+}
+
 }  // namespace
 }  // namespace stoker::io

@@ -110,24 +110,6 @@ bool IsVirtualHostableBucket(std::string_view bucket) {
   return bucket.front() != '-' && bucket.back() != '-';
 }
 
-std::string RangeHeaderValue(uint64_t offset, uint64_t length) {
-  return StrCat("bytes=", offset, "-", offset + length - 1);
-}
-
-absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value) {
-  absl::Time time;
-  std::string error;
-  // absl::ParseTime also accepts "infinite-past"/"infinite-future"; an HTTP date starts with a day.
-  const bool plausible = !value.empty() && std::isupper(static_cast<unsigned char>(value.front()));
-  if (!plausible || !absl::ParseTime("%a, %d %b %Y %H:%M:%S GMT", ToAbsl(value),
-                                     absl::UTCTimeZone(), &time, &error)) {
-    return absl::InvalidArgumentError(
-        StrCat("bad HTTP date '", value.substr(0, 100),
-               "' (want e.g. 'Wed, 12 Oct 2009 17:50:00 GMT'): ", error));
-  }
-  return time;
-}
-
 absl::StatusOr<S3Request> BuildRequest(const S3Config& config, std::string_view method,
                                        std::string_view bucket, std::string_view key,
                                        const QueryParams& query,

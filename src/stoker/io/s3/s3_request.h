@@ -52,11 +52,4 @@ absl::StatusOr<S3Request> BuildRequest(const S3Config& config, std::string_view 
 // dots, starting and ending with a letter or digit). Other names are always sent path-style.
 bool IsVirtualHostableBucket(std::string_view bucket);
 
-// "bytes=<first>-<last>" for [offset, offset + length); length must be > 0.
-std::string RangeHeaderValue(uint64_t offset, uint64_t length);
-
-// Parses an HTTP date (RFC 7231 IMF-fixdate, "Wed, 12 Oct 2009 17:50:00 GMT"), as in the
-// Last-Modified header of HEAD/GET responses. InvalidArgument otherwise.
-absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value);
-
 }  // namespace stoker::io::s3

@@ -168,19 +168,5 @@ TEST(BuildRequestTest, BadEndpoint) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(RangeHeaderTest, InclusiveLastByte) {
-  EXPECT_EQ(RangeHeaderValue(0, 10), "bytes=0-9");
-  EXPECT_EQ(RangeHeaderValue(8388608, 8388608), "bytes=8388608-16777215");
-}
-
-TEST(HttpDateTest, ParsesImfFixdate) {
-  auto t = ParseHttpDate("Wed, 12 Oct 2009 17:50:00 GMT");
-  ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(*t, absl::FromCivil(absl::CivilSecond(2009, 10, 12, 17, 50, 0), absl::UTCTimeZone()));
-  EXPECT_FALSE(ParseHttpDate("yesterday").ok());
-  EXPECT_FALSE(ParseHttpDate("infinite-past").ok());
-  EXPECT_FALSE(ParseHttpDate("").ok());
-}
-
 }  // namespace
 }  // namespace stoker::io::s3

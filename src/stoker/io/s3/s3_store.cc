@@ -236,7 +236,7 @@ void S3Store::StatAsync(std::string key,
                absl::DataLossError(StrCat(url, ": HEAD response has no valid Content-Length")));
          }
          info.etag = s3::StripETagQuotes(response->Header("etag"));
-         auto mtime = s3::ParseHttpDate(response->Header("last-modified"));
+         auto mtime = ParseHttpDate(response->Header("last-modified"));
          if (mtime.ok()) info.mtime = *mtime;
          std::move(done)(std::move(info));
        });
