@@ -10,7 +10,7 @@ packages=(
   # libraries
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcurl4-openssl-dev libssl-dev libtinyxml2-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libturbojpeg0-dev libpng-dev
+  libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
   # python (Debian's /usr/bin/python3; there is no PyPI here)
   python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pybind11 python3-matplotlib

@@ -1,6 +1,9 @@
 #include "stoker/data/image.h"
 
 #include <png.h>
+#include <setjmp.h>
+#include <stdio.h>  // jpeglib.h needs FILE
+#include <jpeglib.h>
 #include <turbojpeg.h>
 
 #include <cmath>
@@ -93,6 +96,77 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
     return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", tjGetErrorStr2(tj)));
   }
   return Tensor{DType::kUint8, {sh, sw, channels}, std::move(out).Finish()};
+}
+
+namespace {
+
+struct JpegErrors {
+  jpeg_error_mgr manager;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void OnJpegError(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  longjmp(errors->jump, 1);
+}
+
+void OnJpegMessage(j_common_ptr, int) {}  // warnings (e.g. premature end) are not errors here
+
+}  // namespace
+
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
+                                               int x, int y, int w, int h) {
+  // Everything with a destructor lives outside the setjmp/longjmp span.
+  jpeg_decompress_struct cinfo;
+  JpegErrors errors;
+  std::vector<uint8_t> pixels;
+  JDIMENSION x_offset = 0, width = 0;
+  int rows = 0;
+  cinfo.err = jpeg_std_error(&errors.manager);
+  errors.manager.error_exit = OnJpegError;
+  errors.manager.emit_message = OnJpegMessage;
+  errors.message[0] = '\0';
+  if (setjmp(errors.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", errors.message));
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = static_cast<unsigned int>(scale_denom);
+  cinfo.dct_method = JDCT_ISLOW;
+  jpeg_start_decompress(&cinfo);
+  const int full_w = static_cast<int>(cinfo.output_width);
+  const int full_h = static_cast<int>(cinfo.output_height);
+  x = std::clamp(x, 0, full_w - 1);
+  y = std::clamp(y, 0, full_h - 1);
+  w = std::clamp(w, 1, full_w - x);
+  h = std::clamp(h, 1, full_h - y);
+  x_offset = static_cast<JDIMENSION>(x);
+  width = static_cast<JDIMENSION>(w);
+  if (x > 0 || w < full_w) jpeg_crop_scanline(&cinfo, &x_offset, &width);
+  if (y > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y));
+  const size_t row_bytes = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
+  pixels.resize(row_bytes * h);
+  while (rows < h) {
+    JSAMPROW row = pixels.data() + row_bytes * rows;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) break;
+    ++rows;
+  }
+  jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
+  jpeg_destroy_decompress(&cinfo);
+  if (rows < h) return absl::InvalidArgumentError("cannot decode JPEG: truncated image data");
+  DecodedRegion region;
+  region.image = Tensor{DType::kUint8,
+                        {h, static_cast<int64_t>(width), channels},
+                        Buffer::FromVector(std::move(pixels))};
+  region.x = static_cast<int>(x_offset);
+  region.y = y;
+  return region;
 }
 
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,

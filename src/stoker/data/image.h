@@ -30,6 +30,18 @@ std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h);
 absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_num = 1,
                                    int scale_denom = 1);
 
+// Decodes only the region [x, x + w) x [y, y + h) of a JPEG (coordinates in the image scaled by
+// 1/scale_denom, scale_denom in {1, 2, 4, 8}): rows above are skipped without colour conversion,
+// rows below are not decoded, and columns are cropped to whole iMCUs (so the region returned may
+// start left of x). Returns the pixels and where they start.
+struct DecodedRegion {
+  Tensor image;  // uint8 [rows, columns, channels]
+  int x = 0;     // column of image's first pixel in the scaled image
+  int y = 0;     // row of image's first pixel in the scaled image
+};
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
+                                               int x, int y, int w, int h);
+
 // Crops the rectangle (x, y, w, h) (in pixels, fractional allowed) out of a uint8 HWC image and
 // resizes it to out_h x out_w with bilinear interpolation (pixel centers aligned).
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,

@@ -174,10 +174,20 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     int need_w = static_cast<int>(std::ceil(out_w * full->width / r.w));
     int need_h = static_cast<int>(std::ceil(out_h * full->height / r.h));
     auto [num, denom] = PickJpegScale(*full, need_w, need_h);
-    ASSIGN_OR_RETURN(Tensor image, DecodeImage(bytes.data, channels_, num, denom));
-    double fx = static_cast<double>(image.shape[1]) / full->width;
-    double fy = static_cast<double>(image.shape[0]) / full->height;
-    return CropResize(image, r.x * fx, r.y * fy, r.w * fx, r.h * fy, out_h, out_w);
+    (void)num;  // always 1
+    // Decode only the crop (plus one pixel for the interpolation) at that scale.
+    const int scaled_w = (full->width + denom - 1) / denom;
+    const int scaled_h = (full->height + denom - 1) / denom;
+    const double fx = static_cast<double>(scaled_w) / full->width;
+    const double fy = static_cast<double>(scaled_h) / full->height;
+    const int x0 = static_cast<int>(std::floor(r.x * fx));
+    const int y0 = static_cast<int>(std::floor(r.y * fy));
+    const int x1 = std::min(scaled_w, static_cast<int>(std::ceil((r.x + r.w) * fx)) + 1);
+    const int y1 = std::min(scaled_h, static_cast<int>(std::ceil((r.y + r.h) * fy)) + 1);
+    ASSIGN_OR_RETURN(DecodedRegion region,
+                     DecodeJpegRegion(bytes.data, channels_, denom, x0, y0, x1 - x0, y1 - y0));
+    return CropResize(region.image, r.x * fx - region.x, r.y * fy - region.y, r.w * fx, r.h * fy,
+                      out_h, out_w);
   }
 
  private:

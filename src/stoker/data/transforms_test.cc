@@ -185,3 +185,40 @@ TEST(ImagePipeline, BatchesOfNormalizedCrops) {
 
 }  // namespace
 }  // namespace stoker::data
+
+namespace stoker::data {
+namespace {
+
+TEST(DecodeJpegRegion, MatchesFullDecodeCropped) {
+  MutableBuffer pixels(120 * 160 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels.data()[i] = static_cast<uint8_t>((i * 31) / 7);
+  Tensor image{DType::kUint8, {120, 160, 3}, std::move(pixels).Finish()};
+  Buffer jpeg = *EncodeJpeg(image, 92);
+  for (int denom : {1, 2}) {
+    Tensor full = *DecodeImage(jpeg, 3, 1, denom);
+    auto region = DecodeJpegRegion(jpeg, 3, denom, 37 / denom, 21 / denom, 50 / denom, 40 / denom);
+    ASSERT_TRUE(region.ok()) << region.status();
+    EXPECT_LE(region->x, 37 / denom);
+    EXPECT_EQ(region->y, 21 / denom);
+    const Tensor& r = region->image;
+    EXPECT_EQ(r.shape[0], 40 / denom);
+    EXPECT_GE(r.shape[1] + region->x, (37 + 50) / denom);
+    // Chroma upsampling at the region's edges sees different neighbours; compare the inside.
+    int max_diff = 0;
+    const int64_t fw = full.shape[1];
+    for (int64_t y = 1; y + 1 < r.shape[0]; ++y) {
+      for (int64_t x = 1; x + 1 < r.shape[1]; ++x) {
+        for (int k = 0; k < 3; ++k) {
+          int a = r.values<uint8_t>()[(y * r.shape[1] + x) * 3 + k];
+          int b = full.values<uint8_t>()[((y + region->y) * fw + x + region->x) * 3 + k];
+          max_diff = std::max(max_diff, std::abs(a - b));
+        }
+      }
+    }
+    EXPECT_LE(max_diff, 2) << "scale 1/" << denom;
+  }
+  EXPECT_FALSE(DecodeJpegRegion(Buffer::Copy("\xff\xd8\xff garbage"), 3, 1, 0, 0, 4, 4).ok());
+}
+
+}  // namespace
+}  // namespace stoker::data
