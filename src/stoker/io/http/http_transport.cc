@@ -235,11 +235,17 @@ void HttpTransport::Loop() {
     int still_running = 0;
     curl_multi_perform(multi_, &still_running);
     int messages = 0;
+    bool freed_slot = false;
     while (CURLMsg* msg = curl_multi_info_read(multi_, &messages)) {
-      if (msg->msg == CURLMSG_DONE) Finish(msg->easy_handle, msg->data.result);
+      if (msg->msg == CURLMSG_DONE) {
+        Finish(msg->easy_handle, msg->data.result);
+        freed_slot = true;
+      }
     }
     int wait_ms = 1000;
-    if (next_due != absl::InfiniteFuture()) {
+    if (freed_slot) {
+      wait_ms = 0;  // a queued request may start in the slot just freed: do not sleep
+    } else if (next_due != absl::InfiniteFuture()) {
       wait_ms = static_cast<int>(std::clamp<int64_t>(
           absl::ToInt64Milliseconds(next_due - absl::Now()) + 1, 0, 1000));
     }
