@@ -223,6 +223,8 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
       if (data.ok() && data->size() != end - start) {
         data = absl::DataLossError(StrCat("reading bytes [", start, ", ", end, ") of ", url,
                                           ": got ", data->size(), " bytes"));
+      } else if (!data.ok() && data.status().code() != absl::StatusCode::kFailedPrecondition) {
+        data = Annotate(data.status(), StrCat("reading bytes [", start, ", ", end, ") of ", url));
       }
       for (size_t i = first; i <= last; ++i) {
         BlockKey key{url, version, read->first_block + i};

@@ -228,7 +228,8 @@ void RangedReader::Impl::OnAttemptDone(const std::shared_ptr<ReadCall>& call, si
     }
   }
   if (!result.ok()) {
-    std::move(call->done)(Annotate(result.status(), StrCat("reading ", call->url)));
+    std::move(call->done)(
+        Annotate(result.status(), StrCat("reading ", RangeText(range), " of ", call->url)));
     return;
   }
   TrackerFor(range).Record(absl::Now() - started);

@@ -138,6 +138,8 @@ TEST(RangedReaderTest, ErrorsNameTheUrl) {
   auto got = reader.Read("obj");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(got.status().message()), HasSubstr("mem://test/obj"));
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("bytes [0, 1000)"));
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("connection reset"));
   EXPECT_EQ(reader.Read("missing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(reader.ReadRanges("missing", {{0, 1}}).status().code(), absl::StatusCode::kNotFound);
 }
