@@ -11,6 +11,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/shard_index.h"
+#include "stoker/io/read/range_plan.h"
 #include "stoker/io/read/ranged_reader.h"
 #include "stoker/io/url.h"
 
@@ -70,6 +71,20 @@ absl::StatusOr<std::vector<ShardIndex>> LoadIndexes(io::RangedReader& reader,
   return out;
 }
 
+io::ReaderOptions ReaderOptionsFor(io::ObjectStore& store, const DatasetOptions& options) {
+  if (options.reader.has_value()) return *options.reader;
+  io::ReaderOptions reader;
+  std::string root = store.Url("");
+  bool network = root.starts_with("s3://") || root.starts_with("http://") ||
+                 root.starts_with("https://");
+  if (!network) {
+    io::CoalesceLimits limits = io::CoalesceLimitsFor(absl::Microseconds(100), 2e9);
+    reader.max_hole = limits.max_hole;
+    reader.max_coalesced = limits.max_coalesced;
+  }
+  return reader;
+}
+
 }  // namespace
 
 Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
@@ -82,7 +97,7 @@ Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
       directory_(std::move(directory)),
       options_(options),
       report_(std::make_shared<CorruptionReport>()),
-      reader_(std::make_shared<io::RangedReader>(store)) {}
+      reader_(std::make_shared<io::RangedReader>(store, ReaderOptionsFor(*store, options))) {}
 
 Dataset::~Dataset() = default;
 

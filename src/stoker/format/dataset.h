@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,10 +43,7 @@
 #include "stoker/format/sample_directory.h"
 #include "stoker/format/sample_stream.h"
 #include "stoker/io/object_store.h"
-
-namespace stoker::io {
-class RangedReader;
-}
+#include "stoker/io/read/ranged_reader.h"
 
 namespace stoker::format {
 
@@ -53,6 +51,11 @@ struct DatasetOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
   // Shards whose footers are fetched at the same time while opening.
   int open_parallelism = 64;
+  // How batched reads are coalesced and split. Unset: the RangedReader's defaults (tuned for S3)
+  // for network stores, and limits for a local disk (CoalesceLimitsFor(0.1 ms, 2 GB/s): holes up
+  // to 200 KB) for local files and memory, where reading through a large hole costs more than a
+  // separate request.
+  std::optional<io::ReaderOptions> reader;
 };
 
 class Dataset {

@@ -258,7 +258,9 @@ TEST(DatasetTest, BatchedReadsCoalesceNeighbours) {
       ASSERT_TRUE(base->Put(info.key.substr(source->key.size()), *source->store->Read(info.key)).ok());
     }
   }
-  auto ds = Dataset::Open(counting, "");
+  DatasetOptions options;
+  options.reader = io::ReaderOptions();  // S3 limits: holes up to 2.7 MB are read through
+  auto ds = Dataset::Open(counting, "", options);
   ASSERT_TRUE(ds.ok()) << ds.status();
   uint64_t first_shard_end = (*ds)->directory().shard_start(1);
   std::vector<uint64_t> batch;
