@@ -89,7 +89,7 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
   if (sw <= 0 || sh <= 0 || static_cast<int64_t>(sw) * sh > (int64_t{1} << 28)) {
     return absl::InvalidArgumentError(StrCat("JPEG has an unsupported size ", w, "x", h));
   }
-  MutableBuffer out(static_cast<size_t>(sw) * sh * channels);
+  UninitBuffer out(static_cast<size_t>(sw) * sh * channels);
   int format = channels == 1 ? TJPF_GRAY : TJPF_RGB;
   if (tjDecompress2(tj, bytes.data(), bytes.size(), out.data(), sw, 0, sh, format, 0) != 0 &&
       tjGetErrorCode(tj) == TJERR_FATAL) {
@@ -114,16 +114,48 @@ void OnJpegError(j_common_ptr cinfo) {
 
 void OnJpegMessage(j_common_ptr, int) {}  // warnings (e.g. premature end) are not errors here
 
-}  // namespace
+// The part of DecodeJpegRegion that may longjmp out (through OnJpegError); it keeps no state of
+// its own, so nothing is lost when it does.
+struct RegionRead {
+  int x = 0, y = 0, w = 0, h = 0;
+  int rows = 0;
+};
+void ReadJpegRegion(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels,
+                    int scale_denom, RegionRead* region, UninitBuffer* pixels) {
+  jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(cinfo, TRUE);
+  cinfo->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(scale_denom);
+  cinfo->dct_method = JDCT_ISLOW;
+  jpeg_start_decompress(cinfo);
+  const int full_w = static_cast<int>(cinfo->output_width);
+  const int full_h = static_cast<int>(cinfo->output_height);
+  region->x = std::clamp(region->x, 0, full_w - 1);
+  region->y = std::clamp(region->y, 0, full_h - 1);
+  region->w = std::clamp(region->w, 1, full_w - region->x);
+  region->h = std::clamp(region->h, 1, full_h - region->y);
+  JDIMENSION x_offset = static_cast<JDIMENSION>(region->x);
+  JDIMENSION width = static_cast<JDIMENSION>(region->w);
+  if (region->x > 0 || region->w < full_w) jpeg_crop_scanline(cinfo, &x_offset, &width);
+  region->x = static_cast<int>(x_offset);
+  region->w = static_cast<int>(width);
+  if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
+  const size_t row_bytes = static_cast<size_t>(cinfo->output_width) * cinfo->output_components;
+  *pixels = UninitBuffer(row_bytes * region->h);
+  while (region->rows < region->h) {
+    JSAMPROW row = pixels->data() + row_bytes * region->rows;
+    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
+    ++region->rows;
+  }
+}
 
-absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
-                                               int x, int y, int w, int h) {
-  // Everything with a destructor lives outside the setjmp/longjmp span.
+// Holds the setjmp; everything it touches after setjmp lives in memory (no clobbering).
+absl::StatusOr<DecodedRegion> DecodeJpegRegionImpl(const Buffer& bytes, int channels,
+                                                   int scale_denom, RegionRead& region) {
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
-  std::vector<uint8_t> pixels;
-  JDIMENSION x_offset = 0, width = 0;
-  int rows = 0;
+  UninitBuffer pixels;
   cinfo.err = jpeg_std_error(&errors.manager);
   errors.manager.error_exit = OnJpegError;
   errors.manager.emit_message = OnJpegMessage;
@@ -133,40 +165,23 @@ absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels
     return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", errors.message));
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
-  jpeg_read_header(&cinfo, TRUE);
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  cinfo.scale_num = 1;
-  cinfo.scale_denom = static_cast<unsigned int>(scale_denom);
-  cinfo.dct_method = JDCT_ISLOW;
-  jpeg_start_decompress(&cinfo);
-  const int full_w = static_cast<int>(cinfo.output_width);
-  const int full_h = static_cast<int>(cinfo.output_height);
-  x = std::clamp(x, 0, full_w - 1);
-  y = std::clamp(y, 0, full_h - 1);
-  w = std::clamp(w, 1, full_w - x);
-  h = std::clamp(h, 1, full_h - y);
-  x_offset = static_cast<JDIMENSION>(x);
-  width = static_cast<JDIMENSION>(w);
-  if (x > 0 || w < full_w) jpeg_crop_scanline(&cinfo, &x_offset, &width);
-  if (y > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y));
-  const size_t row_bytes = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
-  pixels.resize(row_bytes * h);
-  while (rows < h) {
-    JSAMPROW row = pixels.data() + row_bytes * rows;
-    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) break;
-    ++rows;
-  }
+  ReadJpegRegion(&cinfo, bytes, channels, scale_denom, &region, &pixels);
   jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
   jpeg_destroy_decompress(&cinfo);
-  if (rows < h) return absl::InvalidArgumentError("cannot decode JPEG: truncated image data");
-  DecodedRegion region;
-  region.image = Tensor{DType::kUint8,
-                        {h, static_cast<int64_t>(width), channels},
-                        Buffer::FromVector(std::move(pixels))};
-  region.x = static_cast<int>(x_offset);
-  region.y = y;
-  return region;
+  if (region.rows < region.h) return absl::InvalidArgumentError("cannot decode JPEG: truncated");
+  DecodedRegion out;
+  out.image = Tensor{DType::kUint8, {region.h, region.w, channels}, std::move(pixels).Finish()};
+  out.x = region.x;
+  out.y = region.y;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
+                                               int x, int y, int w, int h) {
+  RegionRead region{x, y, w, h, 0};
+  return DecodeJpegRegionImpl(bytes, channels, scale_denom, region);
 }
 
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
@@ -174,7 +189,7 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
   const int ih = static_cast<int>(image.shape[0]), iw = static_cast<int>(image.shape[1]);
   const int c = static_cast<int>(image.shape[2]);
   const uint8_t* src = image.values<uint8_t>();
-  MutableBuffer out(static_cast<size_t>(out_h) * out_w * c);
+  UninitBuffer out(static_cast<size_t>(out_h) * out_w * c);
   uint8_t* dst = out.data();
   const double sx = w / out_w, sy = h / out_h;
   // Fixed point: weights in [0, 256], products fit in int32 (255 * 256 * 256).
@@ -214,7 +229,7 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
 
 Tensor Crop(const Tensor& image, int x, int y, int w, int h) {
   const int iw = static_cast<int>(image.shape[1]), c = static_cast<int>(image.shape[2]);
-  MutableBuffer out(static_cast<size_t>(w) * h * c);
+  UninitBuffer out(static_cast<size_t>(w) * h * c);
   for (int r = 0; r < h; ++r) {
     std::memcpy(out.data() + static_cast<size_t>(r) * w * c,
                 image.values<uint8_t>() + (static_cast<size_t>(y + r) * iw + x) * c,

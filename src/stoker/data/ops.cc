@@ -1012,7 +1012,7 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
     const size_t item = DTypeSize(t0.dtype);
     int64_t per = item;
     for (int64_t d : shape) per *= d;
-    MutableBuffer buf(static_cast<size_t>(per * n));
+    UninitBuffer buf(static_cast<size_t>(per * n));
     if (ragged) {
       switch (t0.dtype) {
         case DType::kUint8: FillValue<uint8_t>(buf.data(), per * n, padding_value); break;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,26 @@
 #include "stoker/core/buffer.h"
 
 namespace stoker::data {
+
+// Like MutableBuffer, but the bytes start uninitialised: for outputs that are overwritten whole
+// (decoded images, batches), where zero-filling would cost a pass over memory. Not thread-safe
+// while being filled.
+class UninitBuffer {
+ public:
+  UninitBuffer() = default;
+  explicit UninitBuffer(size_t size) : storage_(new uint8_t[size]), size_(size) {}
+  uint8_t* data() { return storage_.get(); }
+  size_t size() const { return size_; }
+  Buffer Finish() && {
+    std::shared_ptr<uint8_t[]> owner(std::move(storage_));
+    const uint8_t* bytes = owner.get();
+    return Buffer::Wrap(std::move(owner), bytes, size_);
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> storage_;
+  size_t size_ = 0;
+};
 
 // kBytes is an undecoded field (a JPEG, a text file): shape [] and the raw bytes as data.
 enum class DType { kUint8, kInt32, kInt64, kFloat32, kBytes };

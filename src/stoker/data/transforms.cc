@@ -210,7 +210,7 @@ class Flip : public Transform {
     if (rng.Uniform() >= p_) return e;
     const int64_t h = t->shape[0], w = t->shape[1];
     const size_t pixel = DTypeSize(t->dtype) * (t->shape.size() == 3 ? t->shape[2] : 1);
-    MutableBuffer out(t->data.size());
+    UninitBuffer out(t->data.size());
     const uint8_t* src = t->data.data();
     for (int64_t y = 0; y < h; ++y) {
       const uint8_t* row = src + (vertical_ ? (h - 1 - y) : y) * w * pixel;
@@ -263,7 +263,7 @@ class Normalize : public Transform {
       a[k] = static_cast<float>(in_scale / s);
       b[k] = static_cast<float>(-m / s);
     }
-    MutableBuffer out(static_cast<size_t>(h * w * c) * sizeof(float));
+    UninitBuffer out(static_cast<size_t>(h * w * c) * sizeof(float));
     float* dst = reinterpret_cast<float*>(out.data());
     const int64_t plane = h * w;
     if (t->dtype == DType::kUint8) {
@@ -346,7 +346,7 @@ class Cast : public Transform {
       }
     } else {
       int64_t n = t->NumValues();
-      MutableBuffer buf(n * DTypeSize(to_));
+      UninitBuffer buf(n * DTypeSize(to_));
       switch (t->dtype) {
         case DType::kUint8: ConvertFrom<uint8_t>(to_, t->data.data(), buf.data(), n); break;
         case DType::kInt32: ConvertFrom<int32_t>(to_, t->data.data(), buf.data(), n); break;
