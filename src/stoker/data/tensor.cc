@@ -1,11 +1,28 @@
 #include "stoker/data/tensor.h"
 
+#include <sys/mman.h>
+
 #include <charconv>
 #include <cstring>
 
 #include "stoker/core/strings.h"
 
 namespace stoker::data {
+
+UninitBuffer::UninitBuffer(size_t size) : size_(size) {
+  constexpr size_t kHugeThreshold = 8 << 20;
+  if (size >= kHugeThreshold) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, size, MADV_HUGEPAGE);  // best effort
+      owner_ = std::shared_ptr<void>(p, [size](void* q) { munmap(q, size); });
+      data_ = static_cast<uint8_t*>(p);
+      return;
+    }
+  }
+  owner_ = std::shared_ptr<uint8_t[]>(new uint8_t[size > 0 ? size : 1]);
+  data_ = static_cast<uint8_t*>(owner_.get());
+}
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
