@@ -100,7 +100,8 @@ class ProgressPrinter {
     uint64_t total = progress_.total_input_bytes.load();
     double rate = seconds > 0 ? bytes / seconds : 0;
     double fraction = total > 0 ? std::min(1.0, static_cast<double>(bytes) / total) : 0;
-    std::string eta = total > 0 && rate > 0 ? HumanDuration((total - std::min(bytes, total)) / rate) : "?";
+    std::string eta =
+        total > 0 && rate > 0 ? HumanDuration((total - std::min(bytes, total)) / rate) : "?";
     std::string stats = StrCat(samples, " samples, ", HumanBytes(bytes), " of ",
                                total > 0 ? HumanBytes(total) : "?", ", ", HumanBytes(rate), "/s, ",
                                progress_.shards.load(), " shards, ETA ", eta);
@@ -146,14 +147,14 @@ absl::Status Convert(const ConvertArgs& args) {
   RETURN_IF_ERROR(summary.status());
   double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const format::Manifest& m = summary->manifest;
-  std::printf("converted %llu samples (%s) from %zu %s file(s) into %zu shards (%s) in %.1f s "
-              "(%.0f samples/s, %s/s)\n",
-              static_cast<unsigned long long>(m.total_samples),
-              HumanBytes(progress.input_bytes.load()).c_str(), summary->inputs,
-              format::SourceKindName(summary->kind), m.shards.size(),
-              HumanBytes(m.total_bytes).c_str(), seconds,
-              seconds > 0 ? m.total_samples / seconds : 0.0,
-              HumanBytes(seconds > 0 ? progress.input_bytes.load() / seconds : 0).c_str());
+  std::printf(
+      "converted %llu samples (%s) from %zu %s file(s) into %zu shards (%s) in %.1f s "
+      "(%.0f samples/s, %s/s)\n",
+      static_cast<unsigned long long>(m.total_samples),
+      HumanBytes(progress.input_bytes.load()).c_str(), summary->inputs,
+      format::SourceKindName(summary->kind), m.shards.size(), HumanBytes(m.total_bytes).c_str(),
+      seconds, seconds > 0 ? m.total_samples / seconds : 0.0,
+      HumanBytes(seconds > 0 ? progress.input_bytes.load() / seconds : 0).c_str());
   std::string fields;
   for (const std::string& f : m.fields) fields += (fields.empty() ? "" : ", ") + f;
   std::printf("fields: %s\nmanifest: %s\n", fields.c_str(), summary->manifest_url.c_str());
@@ -168,7 +169,8 @@ struct InspectArgs {
 
 // A TFRecord or tar file: read it through (every CRC the format has is checked on the way).
 absl::Status InspectStream(const InspectArgs& args) {
-  ASSIGN_OR_RETURN(std::unique_ptr<format::SampleStream> stream, format::OpenSampleStream(args.url));
+  ASSIGN_OR_RETURN(std::unique_ptr<format::SampleStream> stream,
+                   format::OpenSampleStream(args.url));
   uint64_t samples = 0, bytes = 0;
   std::set<std::string> fields;
   std::vector<std::string> first_keys;
@@ -207,7 +209,8 @@ absl::Status Inspect(const InspectArgs& args) {
     for (const std::string& f : m.fields) std::printf(" %s", f.c_str());
     std::printf("\n");
   }
-  std::printf("  sample directory: %s in memory\n", HumanBytes(ds->directory().MemoryBytes()).c_str());
+  std::printf("  sample directory: %s in memory\n",
+              HumanBytes(ds->directory().MemoryBytes()).c_str());
   size_t shown = std::min<size_t>(m.shards.size(), 10);
   for (size_t s = 0; s < shown; ++s) {
     std::printf("  %-24s %8llu samples %12s\n", m.shards[s].name.c_str(),
@@ -221,15 +224,16 @@ absl::Status Inspect(const InspectArgs& args) {
   }
   if (!args.verify) return absl::OkStatus();
 
-  // Verify every shard (several at a time); report the first failure with its shard and offset.
+  // Verify every shard (several at a time); list every corrupt record with its shard and offset.
   absl::Mutex mu;
   absl::Status first_error;
   uint64_t verified = 0;
+  auto report = std::make_shared<format::CorruptionReport>();
   {
     ThreadPool pool("verify", 4);
     for (size_t s = 0; s < m.shards.size(); ++s) {
       pool.Schedule([&, s] {
-        absl::StatusOr<uint64_t> count = format::VerifyShard(ds->ShardUrl(s));
+        absl::StatusOr<uint64_t> count = format::VerifyShard(ds->ShardUrl(s), report);
         absl::MutexLock lock(&mu);
         if (count.ok()) {
           verified += *count;
@@ -240,6 +244,13 @@ absl::Status Inspect(const InspectArgs& args) {
     }
   }
   if (!first_error.ok()) return Annotate(first_error, "verify failed");
+  if (report->count() > 0) {
+    std::vector<std::string> descriptions = report->descriptions();
+    for (const std::string& d : descriptions) std::fprintf(stderr, "corrupt: %s\n", d.c_str());
+    return absl::DataLossError(StrCat("verify failed: ", report->count(), " corrupt record(s) of ",
+                                      verified + report->count(),
+                                      "; the first: ", descriptions.front()));
+  }
   std::printf("verify: OK, %llu records in %zu shards, every CRC matches\n",
               static_cast<unsigned long long>(verified), m.shards.size());
   return absl::OkStatus();
@@ -256,8 +267,9 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
   convert->add_option("SRC", c->src, "folder tree root, .tar / .tfrecord file, or a folder of them")
       ->required();
   convert->add_option("DST", c->dst, "destination folder or s3://bucket/prefix")->required();
-  convert->add_option("--shard-size", c->shard_size,
-                      "target shard size in bytes (suffixes K, M, G; 64M–256M recommended)")
+  convert
+      ->add_option("--shard-size", c->shard_size,
+                   "target shard size in bytes (suffixes K, M, G; 64M–256M recommended)")
       ->capture_default_str();
   convert->add_option("--zstd", c->zstd, "compress each record with zstd at this level (0: off)")
       ->capture_default_str();
@@ -265,10 +277,12 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
   convert->callback([=] { *result = Convert(*c); });
 
   auto* inspect = app.add_subcommand(
-      "inspect", "Describe a stoker dataset or shard (or a .tar / .tfrecord file): counts, sizes, "
-                 "fields, first keys; --verify checks every CRC");
+      "inspect",
+      "Describe a stoker dataset or shard (or a .tar / .tfrecord file): counts, sizes, "
+      "fields, first keys; --verify checks every CRC");
   auto* i = new InspectArgs;
-  inspect->add_option("URL", i->url, "dataset folder/prefix, manifest.json, shard, .tar or .tfrecord")
+  inspect
+      ->add_option("URL", i->url, "dataset folder/prefix, manifest.json, shard, .tar or .tfrecord")
       ->required();
   inspect->add_flag("--verify", i->verify, "read every record and check its CRC");
   inspect->add_option("--keys", i->keys, "how many first keys to print")->capture_default_str();

@@ -19,8 +19,8 @@ absl::StatusOr<std::unique_ptr<ByteSource>> ByteSource::Open(
     uint64_t chunk_bytes) {
   ASSIGN_OR_RETURN(io::ObjectInfo info, reader->store().Stat(key));
   return std::unique_ptr<ByteSource>(new ByteSource(std::move(reader), std::move(key),
-                                                    std::move(url), info.size,
-                                                    std::move(info.etag), chunk_bytes));
+                                                    std::move(url), info.size, std::move(info.etag),
+                                                    chunk_bytes));
 }
 
 ByteSource::ByteSource(std::shared_ptr<io::RangedReader> reader, std::string key, std::string url,

@@ -51,7 +51,7 @@ class ByteSource {
   std::string etag_;
   uint64_t chunk_bytes_;
   uint64_t position_ = 0;
-  Buffer chunk_;               // bytes [chunk_offset_, chunk_offset_ + chunk_.size())
+  Buffer chunk_;  // bytes [chunk_offset_, chunk_offset_ + chunk_.size())
   uint64_t chunk_offset_ = 0;
   std::shared_ptr<Fetch> prefetch_;  // the next chunk, in flight or done
 };

@@ -99,7 +99,8 @@ absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
     size_t slash = rel.find('/');
     if (slash == std::string_view::npos || rel.find('/', slash + 1) != std::string_view::npos) {
       return absl::InvalidArgumentError(
-          StrCat(source.Url(file.key), " is not of the form <root>/<class>/<file>; a folder tree "
+          StrCat(source.Url(file.key),
+                 " is not of the form <root>/<class>/<file>; a folder tree "
                  "holds one sub-folder per class (or give .tar / .tfrecord files)"));
     }
     std::string cls(rel.substr(0, slash));
@@ -119,7 +120,8 @@ absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
     s.key = StrCat(cls, "/", name.substr(0, dot));
     for (const auto& [existing, ref] : s.files) {
       if (existing == field) {
-        return absl::InvalidArgumentError(StrCat("two files give sample ", s.key, " field ", field));
+        return absl::InvalidArgumentError(
+            StrCat("two files give sample ", s.key, " field ", field));
       }
     }
     s.files.push_back({field, file});
@@ -150,9 +152,9 @@ absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
     for (size_t j = 0; j < shards.size(); ++j) {
       group.Run([&, j]() -> absl::Status {
         std::string name = ShardName("shard", j);
-        ASSIGN_OR_RETURN(std::unique_ptr<ShardWriter> writer,
-                         ShardWriter::Open(out.store, StrCat(out.prefix_key, name), name,
-                                           out.writer_options));
+        ASSIGN_OR_RETURN(
+            std::unique_ptr<ShardWriter> writer,
+            ShardWriter::Open(out.store, StrCat(out.prefix_key, name), name, out.writer_options));
         for (const PlannedSample* planned : shards[j]) {
           Sample sample;
           sample.key = planned->key;
@@ -199,7 +201,8 @@ absl::StatusOr<ConvertSummary> ConvertStreams(SourceKind kind, std::vector<std::
     for (size_t i = 0; i < urls.size(); ++i) {
       group.Run([&, i]() -> absl::Status {
         StreamOptions stream_options;
-        stream_options.format = kind == SourceKind::kTar ? StreamFormat::kTar : StreamFormat::kTfRecord;
+        stream_options.format =
+            kind == SourceKind::kTar ? StreamFormat::kTar : StreamFormat::kTfRecord;
         ASSIGN_OR_RETURN(std::unique_ptr<SampleStream> stream,
                          OpenSampleStream(urls[i], stream_options));
         std::unique_ptr<ShardWriter> writer;

@@ -6,8 +6,8 @@
 //   - a folder or prefix whose files all end in .tar (or all in a TFRecord extension): those files,
 //     in name order;
 //   - otherwise a folder tree: every file is root/<class>/<name>.<ext>; samples are keyed
-//     "<class>/<name>" (files sharing that key become fields of one sample, named by extension), and
-//     get a field "cls" holding the class index (sorted class names) as ASCII decimal.
+//     "<class>/<name>" (files sharing that key become fields of one sample, named by extension),
+//     and get a field "cls" holding the class index (sorted class names) as ASCII decimal.
 // Samples of a folder tree are written in key order; those of tar/TFRecord files in file order.
 // Shards are written in parallel (one writer per shard, `parallelism` at a time).
 //
@@ -26,9 +26,9 @@ namespace stoker::format {
 
 struct ConvertProgress {
   std::atomic<uint64_t> samples{0};
-  std::atomic<uint64_t> input_bytes{0};  // sample bytes consumed so far
+  std::atomic<uint64_t> input_bytes{0};        // sample bytes consumed so far
   std::atomic<uint64_t> total_input_bytes{0};  // 0 until known
-  std::atomic<uint64_t> shards{0};  // shards finished
+  std::atomic<uint64_t> shards{0};             // shards finished
 };
 
 struct ConvertOptions {

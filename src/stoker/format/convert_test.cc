@@ -21,7 +21,8 @@ using ::testing::HasSubstr;
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "stoker-convert-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "stoker-convert-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -119,7 +120,8 @@ TEST(ConvertTest, GnuTarWebDatasets) {
     }
     ASSERT_EQ(std::system(StrCat("mkdir -p ", dir.path(), "/tars && cd ", folder,
                                  " && tar --sort=name -cf ", dir.path(), "/tars/part-", part,
-                                 ".tar p", part).c_str()),
+                                 ".tar p", part)
+                              .c_str()),
               0);
   }
   ConvertOptions options;

@@ -27,7 +27,7 @@ constexpr std::array<uint32_t, 256> kTable = MakeTable();
 #if defined(__x86_64__)
 // Compiled for SSE4.2 regardless of the global flags; only called when cpuid says it is there.
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const void* data,
-                                                         size_t size) {
+                                                          size_t size) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint64_t c = ~crc;
   while (size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {

@@ -75,8 +75,8 @@ io::ReaderOptions ReaderOptionsFor(io::ObjectStore& store, const DatasetOptions&
   if (options.reader.has_value()) return *options.reader;
   io::ReaderOptions reader;
   std::string root = store.Url("");
-  bool network = root.starts_with("s3://") || root.starts_with("http://") ||
-                 root.starts_with("https://");
+  bool network =
+      root.starts_with("s3://") || root.starts_with("http://") || root.starts_with("https://");
   if (!network) {
     io::CoalesceLimits limits = io::CoalesceLimitsFor(absl::Microseconds(100), 2e9);
     reader.max_hole = limits.max_hole;
@@ -88,8 +88,8 @@ io::ReaderOptions ReaderOptionsFor(io::ObjectStore& store, const DatasetOptions&
 }  // namespace
 
 Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
-                 std::vector<std::string> shard_keys, Manifest manifest,
-                 SampleDirectory directory, DatasetOptions options)
+                 std::vector<std::string> shard_keys, Manifest manifest, SampleDirectory directory,
+                 DatasetOptions options)
     : base_url_(std::move(base_url)),
       store_(store),
       shard_keys_(std::move(shard_keys)),
@@ -268,7 +268,8 @@ void Dataset::ReadSamplesAsync(
                 batch->samples[positions[j]] = std::move(*sample);
               } else if (options_.on_corrupt == OnCorrupt::kSkip &&
                          absl::IsDataLoss(sample.status())) {
-                spdlog::warn("skipping corrupt sample {}: {}", index, std::string(sample.status().message()));
+                spdlog::warn("skipping corrupt sample {}: {}", index,
+                             std::string(sample.status().message()));
                 report_->Add(sample.status());
               } else {
                 error = sample.status();
@@ -300,15 +301,20 @@ absl::StatusOr<Sample> Dataset::ReadSample(uint64_t index) const {
   uint64_t indices[] = {index};
   ASSIGN_OR_RETURN(std::vector<Sample> samples, ReadSamples(indices));
   if (samples.empty()) {
-    return absl::DataLossError(StrCat("sample ", index, " of ", base_url_,
-                                      " is corrupt and was skipped"));
+    return absl::DataLossError(
+        StrCat("sample ", index, " of ", base_url_, " is corrupt and was skipped"));
   }
   return std::move(samples[0]);
 }
 
-absl::StatusOr<uint64_t> VerifyShard(std::string_view url) {
+absl::StatusOr<uint64_t> VerifyShard(std::string_view url,
+                                     std::shared_ptr<CorruptionReport> report) {
   StreamOptions options;
   options.format = StreamFormat::kShard;
+  if (report != nullptr) {
+    options.on_corrupt = OnCorrupt::kSkip;
+    options.report = std::move(report);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<SampleStream> stream, OpenSampleStream(url, options));
   uint64_t count = 0;
   while (true) {

@@ -5,11 +5,13 @@
 //
 //   By sample index (converted datasets: a prefix with manifest.json and shards):
 //     ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds,
-//                      format::Dataset::Open("s3://bucket/train/", {.on_corrupt = OnCorrupt::kSkip}));
+//                      format::Dataset::Open("s3://bucket/train/", {.on_corrupt =
+//                      OnCorrupt::kSkip}));
 //     uint64_t n = ds->size();                  // number of samples
 //     std::string_view k = ds->key(i);          // key of sample i, 0 <= i < n (no I/O)
 //     ASSIGN_OR_RETURN(std::vector<Sample> batch, ds->ReadSamples({17, 3, 99}));
-//       // batch[j].key, batch[j].index, batch[j].fields[...] = {name, Buffer}; same order as asked.
+//       // batch[j].key, batch[j].index, batch[j].fields[...] = {name, Buffer}; same order as
+//       asked.
 //       // Samples of one shard are read as few coalesced range requests; fields are zero-copy
 //       // slices of the bytes read (unless the record is zstd-compressed).
 //       // Under kSkip a corrupt sample is left out of the result and counted in
@@ -17,8 +19,9 @@
 //     ds->ReadSamplesAsync(indices, [](absl::StatusOr<std::vector<Sample>> r) { ... });
 //
 //   Streaming (TFRecord files, WebDataset tar files, shards; see sample_stream.h):
-//     std::unique_ptr<SampleStream> s = format::OpenSampleStreams({"s3://b/a.tar", "s3://b/b.tar"});
-//     while (true) { ASSIGN_OR_RETURN(std::optional<Sample> x, s->Next()); if (!x) break; ... }
+//     std::unique_ptr<SampleStream> s = format::OpenSampleStreams({"s3://b/a.tar",
+//     "s3://b/b.tar"}); while (true) { ASSIGN_OR_RETURN(std::optional<Sample> x, s->Next()); if
+//     (!x) break; ... }
 //
 //   Dataset::Open accepts a dataset prefix ("dir/", "s3://b/p"), its manifest.json URL, or a single
 //   shard URL (*.stk), which is read as a one-shard dataset.
@@ -87,8 +90,9 @@ class Dataset {
     return ReadSamples(std::span<const uint64_t>(indices.begin(), indices.size()));
   }
   // The same, asynchronous: `done` runs exactly once, on any thread.
-  void ReadSamplesAsync(std::vector<uint64_t> indices,
-                        absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const;
+  void ReadSamplesAsync(
+      std::vector<uint64_t> indices,
+      absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const;
   absl::StatusOr<Sample> ReadSample(uint64_t index) const;
 
   // What kSkip left out so far.
@@ -113,7 +117,10 @@ class Dataset {
 };
 
 // Checks every record of shard `url` (CRC, structure, key against the index), reading it
-// sequentially. Returns the number of records, or the first DataLoss (URL, offset, key).
-absl::StatusOr<uint64_t> VerifyShard(std::string_view url);
+// sequentially. Returns the number of good records, or the first DataLoss (URL, offset, key).
+// With `report`, corrupt records are counted there and the check goes on to the end; a shard whose
+// header, footer or index is bad still fails.
+absl::StatusOr<uint64_t> VerifyShard(std::string_view url,
+                                     std::shared_ptr<CorruptionReport> report = nullptr);
 
 }  // namespace stoker::format

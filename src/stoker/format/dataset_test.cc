@@ -56,7 +56,8 @@ absl::StatusOr<Manifest> WriteDataset(std::string_view url, uint64_t samples, ui
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "stoker-format-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "stoker-format-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -255,7 +256,8 @@ TEST(DatasetTest, BatchedReadsCoalesceNeighbours) {
     auto source = io::OpenUrl("mem://coalesce-src/d/");
     auto listing = source->store->List({source->key, "", 0});
     for (const io::ObjectInfo& info : listing->objects) {
-      ASSERT_TRUE(base->Put(info.key.substr(source->key.size()), *source->store->Read(info.key)).ok());
+      ASSERT_TRUE(
+          base->Put(info.key.substr(source->key.size()), *source->store->Read(info.key)).ok());
     }
   }
   DatasetOptions options;
@@ -264,15 +266,18 @@ TEST(DatasetTest, BatchedReadsCoalesceNeighbours) {
   ASSERT_TRUE(ds.ok()) << ds.status();
   uint64_t first_shard_end = (*ds)->directory().shard_start(1);
   std::vector<uint64_t> batch;
-  for (uint64_t i = 0; i < 32 && i < first_shard_end; ++i) batch.push_back((i * 7) % first_shard_end);
+  for (uint64_t i = 0; i < 32 && i < first_shard_end; ++i)
+    batch.push_back((i * 7) % first_shard_end);
   int64_t before = counting->reads();
   auto samples = (*ds)->ReadSamples(batch);
   ASSERT_TRUE(samples.ok()) << samples.status();
   EXPECT_EQ(counting->reads() - before, 1) << "one request for " << batch.size() << " samples";
-  for (size_t j = 0; j < batch.size(); ++j) EXPECT_EQ((*samples)[j].fields, MakeSample(batch[j]).fields);
+  for (size_t j = 0; j < batch.size(); ++j)
+    EXPECT_EQ((*samples)[j].fields, MakeSample(batch[j]).fields);
 
-  std::vector<uint64_t> spread = {0, (*ds)->directory().shard_start(1), (*ds)->directory().shard_start(2),
-                                  1, (*ds)->directory().shard_start(1) + 1};
+  std::vector<uint64_t> spread = {0, (*ds)->directory().shard_start(1),
+                                  (*ds)->directory().shard_start(2), 1,
+                                  (*ds)->directory().shard_start(1) + 1};
   before = counting->reads();
   samples = (*ds)->ReadSamples(spread);
   ASSERT_TRUE(samples.ok());

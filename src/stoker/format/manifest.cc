@@ -1,7 +1,6 @@
 #include "stoker/format/manifest.h"
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 
 #include "stoker/core/strings.h"
@@ -43,7 +42,8 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view json, std::string_view u
   }
   Manifest manifest;
   auto shards = doc.find("shards");
-  if (shards == doc.end() || !shards->is_array()) return Bad(url, "field 'shards' must be an array");
+  if (shards == doc.end() || !shards->is_array())
+    return Bad(url, "field 'shards' must be an array");
   std::set<std::string> names;
   uint64_t samples = 0, bytes = 0;
   for (size_t i = 0; i < shards->size(); ++i) {
@@ -74,7 +74,8 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view json, std::string_view u
     manifest.shards.push_back(std::move(shard));
   }
   auto fields = doc.find("fields");
-  if (fields == doc.end() || !fields->is_array()) return Bad(url, "field 'fields' must be an array");
+  if (fields == doc.end() || !fields->is_array())
+    return Bad(url, "field 'fields' must be an array");
   for (const nlohmann::json& f : *fields) {
     if (!f.is_string()) return Bad(url, "'fields' must hold strings");
     manifest.fields.push_back(f.get<std::string>());

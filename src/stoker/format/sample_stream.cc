@@ -27,8 +27,11 @@ std::string FileStem(std::string_view key) {
 // Returns true when the sample should be skipped, false when `error` must be returned.
 bool SkipCorrupt(const StreamOptions& options, const absl::Status& error) {
   if (options.on_corrupt != OnCorrupt::kSkip || !absl::IsDataLoss(error)) return false;
-  spdlog::warn("skipping corrupt sample: {}", std::string(error.message()));
-  if (options.report != nullptr) options.report->Add(error);
+  if (options.report != nullptr) {
+    options.report->Add(error);
+  } else {
+    spdlog::warn("skipping corrupt sample: {}", std::string(error.message()));
+  }
   return true;
 }
 
@@ -80,18 +83,19 @@ class ShardStream : public SampleStream {
 class TfRecordStream : public SampleStream {
  public:
   TfRecordStream(std::unique_ptr<ByteSource> source, StreamOptions options)
-      : source_(std::move(source)), options_(std::move(options)),
-        stem_(FileStem(source_->url())) {}
+      : source_(std::move(source)), options_(std::move(options)), stem_(FileStem(source_->url())) {}
 
   absl::StatusOr<std::optional<Sample>> Next() override {
     while (source_->remaining() > 0) {
       uint64_t offset = source_->position();
       if (source_->remaining() < tfrecord::kHeaderSize) {
-        return absl::DataLossError(StrCat(source_->url(), ": truncated TFRecord at offset ", offset));
+        return absl::DataLossError(
+            StrCat(source_->url(), ": truncated TFRecord at offset ", offset));
       }
       ASSIGN_OR_RETURN(Buffer header, source_->Read(tfrecord::kHeaderSize));
       // A bad length cannot be skipped over (the next record's position is unknown): fail.
-      ASSIGN_OR_RETURN(uint64_t length, tfrecord::ParseHeader(header.view(), source_->url(), offset));
+      ASSIGN_OR_RETURN(uint64_t length,
+                       tfrecord::ParseHeader(header.view(), source_->url(), offset));
       if (length + 4 > source_->remaining()) {
         return absl::DataLossError(StrCat(source_->url(), ": truncated TFRecord at offset ", offset,
                                           " (needs ", length + 4, " more bytes, ",
@@ -188,16 +192,18 @@ class TarStream : public SampleStream {
       uint64_t offset = source_->position();
       if (source_->remaining() == 0) return std::optional<Member>();  // no end marker: accept
       if (source_->remaining() < tar::kBlockSize) {
-        return absl::DataLossError(StrCat(source_->url(), ": truncated tar header at offset ", offset));
+        return absl::DataLossError(
+            StrCat(source_->url(), ": truncated tar header at offset ", offset));
       }
       ASSIGN_OR_RETURN(Buffer block, source_->Read(tar::kBlockSize));
       if (tar::IsZeroBlock(block.view())) return std::optional<Member>();
-      ASSIGN_OR_RETURN(tar::MemberHeader header, tar::ParseHeader(block.view(), source_->url(), offset));
+      ASSIGN_OR_RETURN(tar::MemberHeader header,
+                       tar::ParseHeader(block.view(), source_->url(), offset));
       uint64_t padded = header.size + tar::Padding(header.size);
       if (header.size > tar::kMaxMemberSize || padded > source_->remaining()) {
         return absl::DataLossError(StrCat(source_->url(), ": tar member at offset ", offset, " (",
-                                          header.path, ") claims ", header.size,
-                                          " bytes; only ", source_->remaining(), " remain"));
+                                          header.path, ") claims ", header.size, " bytes; only ",
+                                          source_->remaining(), " remain"));
       }
       if (header.type == 'L' || header.type == 'x') {
         ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
@@ -229,7 +235,8 @@ class TarStream : public SampleStream {
       }
       ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
       RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
-      return std::optional<Member>(Member{std::move(kf.key), std::move(kf.field), std::move(data), offset});
+      return std::optional<Member>(
+          Member{std::move(kf.key), std::move(kf.field), std::move(data), offset});
     }
   }
 

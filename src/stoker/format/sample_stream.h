@@ -16,7 +16,7 @@
 namespace stoker::format {
 
 enum class StreamFormat {
-  kAuto,      // from the URL: *.tar → kTar; *.tfrecord, *.tfrecords, *.tfr → kTfRecord; *.stk → kShard
+  kAuto,  // from the URL: *.tar → kTar; *.tfrecord, *.tfrecords, *.tfr → kTfRecord; *.stk → kShard
   kTar,       // WebDataset tar (docs/format.md)
   kTfRecord,  // TFRecord of tf.train.Example
   kShard,     // a stoker shard, records in order

@@ -10,8 +10,8 @@
 
 #include "stoker/core/strings.h"
 #include "stoker/example.pb.h"
-#include "stoker/format/shard_format.h"
 #include "stoker/format/manifest.h"
+#include "stoker/format/shard_format.h"
 #include "stoker/format/tar.h"
 #include "stoker/format/tfrecord.h"
 #include "stoker/io/url.h"
@@ -24,7 +24,8 @@ using ::testing::HasSubstr;
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "stoker-stream-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "stoker-stream-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -113,7 +114,8 @@ TEST(TfRecordTest, DecodesTensorFlowStyleExamples) {
 
 TEST(TfRecordTest, CorruptDataIsDataLossOrSkipped) {
   std::string file;
-  for (int i = 0; i < 3; ++i) tfrecord::AppendRecord(tfrecord::SampleToExample(MakeSample(i + 1)), &file);
+  for (int i = 0; i < 3; ++i)
+    tfrecord::AppendRecord(tfrecord::SampleToExample(MakeSample(i + 1)), &file);
   // Flip a byte in the second record's data.
   size_t first = 12 + tfrecord::SampleToExample(MakeSample(1)).size() + 4;
   file[first + 12 + 5] ^= 1;
@@ -151,8 +153,10 @@ TEST(TarTest, ReadsAGnuTarWebDataset) {
   std::string long_dir = std::string(120, 'd');
   WriteFile(StrCat(src, "/", long_dir, "/x.txt"), "long");
   std::string tar_path = dir.path() + "/shard.tar";
-  ASSERT_EQ(std::system(StrCat("cd ", src, " && tar --sort=name -cf ", tar_path, " train ",
-                               long_dir).c_str()), 0);
+  ASSERT_EQ(
+      std::system(
+          StrCat("cd ", src, " && tar --sort=name -cf ", tar_path, " train ", long_dir).c_str()),
+      0);
   StreamOptions options;
   options.chunk_bytes = 4096;
   std::vector<Sample> samples = ReadAll(tar_path, options);
@@ -172,12 +176,16 @@ TEST(TarTest, RejectsAbsoluteAndParentPaths) {
   TempDir dir;
   WriteFile(dir.path() + "/a/x.txt", "x");
   std::string abs_tar = dir.path() + "/abs.tar";
-  ASSERT_EQ(std::system(StrCat("tar -cPf ", abs_tar, " ", dir.path(), "/a/x.txt 2>/dev/null").c_str()), 0);
+  ASSERT_EQ(
+      std::system(StrCat("tar -cPf ", abs_tar, " ", dir.path(), "/a/x.txt 2>/dev/null").c_str()),
+      0);
   absl::Status status = Drain(abs_tar);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("absolute path"));
   std::string dotdot_tar = dir.path() + "/dotdot.tar";
-  ASSERT_EQ(std::system(StrCat("cd ", dir.path(), "/a && tar -cPf ", dotdot_tar, " ../a/x.txt").c_str()), 0);
+  ASSERT_EQ(
+      std::system(StrCat("cd ", dir.path(), "/a && tar -cPf ", dotdot_tar, " ../a/x.txt").c_str()),
+      0);
   status = Drain(dotdot_tar);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'..'"));
@@ -203,7 +211,8 @@ std::string TarHeader(std::string_view name, std::string_view size_octal) {
 
 TEST(TarTest, AbsurdSizesAndBadChecksumsAreDataLoss) {
   auto target = io::OpenUrl("mem://tar/absurd.tar");
-  ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(TarHeader("a.txt", "77777777777"))).ok());
+  ASSERT_TRUE(
+      target->store->Put(target->key, Buffer::FromString(TarHeader("a.txt", "77777777777"))).ok());
   absl::Status status = Drain("mem://tar/absurd.tar");
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("claims"));
@@ -252,8 +261,8 @@ TEST(StreamTest, FuzzSeedsAreValid) {
     std::ifstream in(StrCat(root, "/tests/fuzz/corpus/", rel), std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  auto record = shard::DecodeRecord(Buffer::FromString(read("fuzz_shard_record/valid")), "u", 16,
-                                    "cat/001");
+  auto record =
+      shard::DecodeRecord(Buffer::FromString(read("fuzz_shard_record/valid")), "u", 16, "cat/001");
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_EQ(record->Find("cls")->view(), "3");
   auto example = tfrecord::ExampleToSample(read("fuzz_example/example"), "default");
@@ -262,7 +271,8 @@ TEST(StreamTest, FuzzSeedsAreValid) {
   EXPECT_EQ(example->Find("label")->view(), "7 300");
   EXPECT_EQ(StrCat(root, "/tests/fuzz/corpus/fuzz_tfrecord/two_records").empty(), false);
   auto target = io::OpenUrl("mem://seeds/two.tfrecord");
-  ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("fuzz_tfrecord/two_records"))).ok());
+  ASSERT_TRUE(
+      target->store->Put(target->key, Buffer::FromString(read("fuzz_tfrecord/two_records"))).ok());
   EXPECT_EQ(ReadAll("mem://seeds/two.tfrecord").size(), 2u);
   target = io::OpenUrl("mem://seeds/gnu.tar");
   ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("fuzz_tar/gnu.tar"))).ok());

@@ -146,9 +146,7 @@ absl::StatusOr<uint32_t> AppendRecord(const Sample& sample, int zstd_level, std:
 
 absl::StatusOr<Sample> DecodeRecord(const Buffer& record, std::string_view url, uint64_t offset,
                                     std::string_view expected_key) {
-  auto error = [&](std::string_view what) {
-    return RecordError(url, offset, expected_key, what);
-  };
+  auto error = [&](std::string_view what) { return RecordError(url, offset, expected_key, what); };
   Cursor prefix(record.view());
   uint64_t body_length, stored_crc;
   if (!prefix.U32(&body_length) || !prefix.U32(&stored_crc)) {
@@ -242,8 +240,8 @@ void AppendFooter(const Footer& footer, std::string_view index, std::string* out
 absl::StatusOr<Footer> ParseFooter(std::string_view bytes, uint64_t object_size,
                                    std::string_view url) {
   if (object_size < kHeaderSize + kFooterSize || bytes.size() != kFooterSize) {
-    return ShardError(url, StrCat("truncated shard: ", object_size,
-                                  " bytes is less than a header and a footer"));
+    return ShardError(
+        url, StrCat("truncated shard: ", object_size, " bytes is less than a header and a footer"));
   }
   if (bytes.substr(40, 8) != kFooterMagic) {
     return ShardError(url, StrCat("no shard footer at offset ", object_size - kFooterSize,
@@ -272,8 +270,9 @@ absl::StatusOr<Footer> ParseFooter(std::string_view bytes, uint64_t object_size,
   }
   // Each index entry takes at least 15 bytes, which bounds record_count before anyone allocates.
   if (footer.record_count > footer.index_length / 15) {
-    return ShardError(url, StrCat("footer claims ", footer.record_count, " records but the index has only ",
-                                  footer.index_length, " bytes"));
+    return ShardError(
+        url, StrCat("footer claims ", footer.record_count, " records but the index has only ",
+                    footer.index_length, " bytes"));
   }
   return footer;
 }

@@ -114,13 +114,14 @@ std::string BuildShard(int records) {
 
 TEST(ShardFormatTest, FooterAndIndexRoundTrip) {
   std::string shard = BuildShard(5);
-  auto footer = ParseFooter(std::string_view(shard).substr(shard.size() - kFooterSize), shard.size(), "u");
+  auto footer =
+      ParseFooter(std::string_view(shard).substr(shard.size() - kFooterSize), shard.size(), "u");
   ASSERT_TRUE(footer.ok()) << footer.status();
   EXPECT_EQ(footer->record_count, 5u);
   std::vector<std::string> keys;
-  absl::Status status =
-      ParseIndex(std::string_view(shard).substr(footer->index_offset, footer->index_length), *footer,
-                 "u", [&](uint64_t, uint32_t, std::string_view key) { keys.emplace_back(key); });
+  absl::Status status = ParseIndex(
+      std::string_view(shard).substr(footer->index_offset, footer->index_length), *footer, "u",
+      [&](uint64_t, uint32_t, std::string_view key) { keys.emplace_back(key); });
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_THAT(keys, ::testing::ElementsAre("key0", "key1", "key2", "key3", "key4"));
 }
@@ -140,11 +141,13 @@ TEST(ShardFormatTest, TruncatedOrExtendedShardFailsAtTheFooter) {
 
 TEST(ShardFormatTest, CorruptIndexIsCaughtByItsCrc) {
   std::string shard = BuildShard(3);
-  auto footer = ParseFooter(std::string_view(shard).substr(shard.size() - kFooterSize), shard.size(), "u");
+  auto footer =
+      ParseFooter(std::string_view(shard).substr(shard.size() - kFooterSize), shard.size(), "u");
   ASSERT_TRUE(footer.ok());
   std::string index = shard.substr(footer->index_offset, footer->index_length);
   index[3] ^= 1;
-  absl::Status status = ParseIndex(index, *footer, "u", [](uint64_t, uint32_t, std::string_view) {});
+  absl::Status status =
+      ParseIndex(index, *footer, "u", [](uint64_t, uint32_t, std::string_view) {});
   EXPECT_THAT(status.message(), HasSubstr("index CRC32C mismatch"));
 }
 
@@ -153,7 +156,8 @@ TEST(ShardFormatTest, AbsurdRecordCountIsRejectedBeforeAllocating) {
   Footer footer{16, shard.size() - 16 - kFooterSize, uint64_t{1} << 60};
   std::string forged = shard.substr(0, shard.size() - kFooterSize);
   AppendFooter(footer, "", &forged);
-  auto parsed = ParseFooter(std::string_view(forged).substr(forged.size() - kFooterSize), forged.size(), "u");
+  auto parsed =
+      ParseFooter(std::string_view(forged).substr(forged.size() - kFooterSize), forged.size(), "u");
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
 }
 

@@ -8,8 +8,7 @@
 
 namespace stoker::format {
 
-void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string url,
-                         uint64_t size,
+void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string url, uint64_t size,
                          absl::AnyInvocable<void(absl::StatusOr<ShardIndex>) &&> done) {
   if (size < shard::kHeaderSize + shard::kFooterSize) {
     std::move(done)(absl::DataLossError(
@@ -39,15 +38,15 @@ void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string 
                      " the manifest lists (truncated? re-run `stoker convert`)")));
           return;
         }
-        auto footer = shard::ParseFooter(tail.view().substr(tail.size() - shard::kFooterSize),
-                                         size, url);
+        auto footer =
+            shard::ParseFooter(tail.view().substr(tail.size() - shard::kFooterSize), size, url);
         if (!footer.ok()) {
           std::move(done)(footer.status());
           return;
         }
         if (footer->index_offset >= tail_offset) {
-          ShardIndex out{*footer, tail.Slice(footer->index_offset - tail_offset,
-                                             footer->index_length)};
+          ShardIndex out{*footer,
+                         tail.Slice(footer->index_offset - tail_offset, footer->index_length)};
           std::move(done)(std::move(out));
           return;
         }

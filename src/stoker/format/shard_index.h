@@ -24,7 +24,7 @@ inline constexpr uint64_t kShardTailBytes = 256 << 10;
 
 // `size` is the shard's size as the manifest (or a Stat) says; a shard of another size fails with
 // a message naming both. `done` runs exactly once, on any thread.
-void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string url,
-                         uint64_t size, absl::AnyInvocable<void(absl::StatusOr<ShardIndex>) &&> done);
+void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string url, uint64_t size,
+                         absl::AnyInvocable<void(absl::StatusOr<ShardIndex>) &&> done);
 
 }  // namespace stoker::format

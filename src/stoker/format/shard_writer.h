@@ -1,6 +1,7 @@
 // Writing stoker shards and datasets (docs/format.md) to any ObjectStore URL. Bytes are streamed
-// through ObjectWriter (S3 multipart is the S3 store's business); nothing is visible under a shard's
-// key until it is closed, and manifest.json is written last, so a reader never sees half a dataset.
+// through ObjectWriter (S3 multipart is the S3 store's business); nothing is visible under a
+// shard's key until it is closed, and manifest.json is written last, so a reader never sees half a
+// dataset.
 //
 // Thread safety: ShardWriter and DatasetWriter are used by one thread at a time; distinct writers
 // may run in parallel (that is how `stoker convert` parallelises).

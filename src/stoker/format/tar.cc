@@ -54,7 +54,8 @@ absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_vie
   };
   if (block.size() != kBlockSize) return error("truncated");
   uint64_t stored;
-  if (!ParseNumber(block.substr(148, 8), &stored)) return error("bad checksum field (not a tar file?)");
+  if (!ParseNumber(block.substr(148, 8), &stored))
+    return error("bad checksum field (not a tar file?)");
   uint64_t sum = 0;
   for (size_t i = 0; i < kBlockSize; ++i) {
     sum += (i >= 148 && i < 156) ? ' ' : static_cast<uint8_t>(block[i]);
@@ -101,16 +102,16 @@ absl::StatusOr<std::string> PaxPath(std::string_view records) {
 absl::StatusOr<std::string> CleanPath(std::string_view path, std::string_view url,
                                       uint64_t offset) {
   auto reject = [&](std::string_view why) {
-    return absl::InvalidArgumentError(StrCat(url, ": tar member at offset ", offset, " (", path,
-                                             ") rejected: ", why));
+    return absl::InvalidArgumentError(
+        StrCat(url, ": tar member at offset ", offset, " (", path, ") rejected: ", why));
   };
   if (path.starts_with("/")) return reject("absolute path");
   while (path.starts_with("./")) path.remove_prefix(2);
   size_t start = 0;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
-    std::string_view part =
-        path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    std::string_view part = path.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
     if (part == "..") return reject("'..' in path");
     if (slash == std::string_view::npos) break;
     start = slash + 1;

@@ -19,7 +19,7 @@ inline constexpr uint64_t kMaxMemberSize = uint64_t{1} << 30;
 struct MemberHeader {
   std::string path;  // prefix + name for ustar; GNU/pax long names are applied by the reader
   uint64_t size = 0;
-  char type = '0';   // '0' (or '\0') regular file, '5' directory, 'L' GNU long name, 'x' pax, ...
+  char type = '0';  // '0' (or '\0') regular file, '5' directory, 'L' GNU long name, 'x' pax, ...
   bool regular() const { return type == '0' || type == '\0' || type == '7'; }
 };
 
@@ -33,8 +33,7 @@ absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_vie
 absl::StatusOr<std::string> PaxPath(std::string_view records);
 // Rejects absolute paths and ".." components (InvalidArgument naming url and offset); returns the
 // path without a leading "./".
-absl::StatusOr<std::string> CleanPath(std::string_view path, std::string_view url,
-                                      uint64_t offset);
+absl::StatusOr<std::string> CleanPath(std::string_view path, std::string_view url, uint64_t offset);
 
 struct KeyAndField {
   std::string key;    // the path up to the first '.' of the file name

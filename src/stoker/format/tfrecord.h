@@ -26,7 +26,8 @@ void AppendRecord(std::string_view data, std::string* out);
 
 // Parses the 12-byte record header at `offset` of `url`: the data length, or DataLoss when its
 // CRC does not match or it exceeds kMaxRecordLength.
-absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view url, uint64_t offset);
+absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view url,
+                                     uint64_t offset);
 // Checks the data CRC (the 4 bytes after the data).
 absl::Status CheckData(std::string_view data, std::string_view crc, std::string_view url,
                        uint64_t offset);

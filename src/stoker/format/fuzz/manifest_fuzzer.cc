@@ -7,7 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::format;
-  auto manifest = ParseManifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+  auto manifest =
+      ParseManifest(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
   if (manifest.ok()) {
     auto again = ParseManifest(SerializeManifest(*manifest), "fuzz");
     if (!again.ok() || !(*again == *manifest)) std::abort();

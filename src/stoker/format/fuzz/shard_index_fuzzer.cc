@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= shard::kFooterSize) {
     auto footer = shard::ParseFooter(bytes.substr(size - shard::kFooterSize), object_size, "fuzz");
     if (footer.ok() && footer->index_offset >= shard::kHeaderSize) {
-      std::string_view index = bytes.substr(footer->index_offset - shard::kHeaderSize,
-                                            footer->index_length);
+      std::string_view index =
+          bytes.substr(footer->index_offset - shard::kHeaderSize, footer->index_length);
       (void)shard::ParseIndex(index, *footer, "fuzz", [](uint64_t, uint32_t, std::string_view) {});
     }
   }

@@ -1,5 +1,6 @@
 // Fuzzes the shard record decoder (docs/format.md, "Record"): any bytes, decoded as one record,
-// once as given and once with its length and CRC made right so the body parser and zstd are reached.
+// once as given and once with its length and CRC made right so the body parser and zstd are
+// reached.
 #include <cstddef>
 #include <cstdint>
 #include <string>

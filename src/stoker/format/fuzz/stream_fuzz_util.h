@@ -14,8 +14,10 @@ namespace stoker::format {
 inline void FuzzStream(const uint8_t* data, size_t size, StreamFormat format, const char* url) {
   auto target = io::OpenUrl(url);
   if (!target.ok()) return;
-  if (!target->store->Put(target->key, Buffer::Copy(std::string_view(
-                                           reinterpret_cast<const char*>(data), size))).ok()) {
+  if (!target->store
+           ->Put(target->key,
+                 Buffer::Copy(std::string_view(reinterpret_cast<const char*>(data), size)))
+           .ok()) {
     return;
   }
   for (OnCorrupt mode : {OnCorrupt::kFail, OnCorrupt::kSkip}) {

@@ -2,6 +2,7 @@
 #include "stoker/format/fuzz/stream_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  stoker::format::FuzzStream(data, size, stoker::format::StreamFormat::kTar, "mem://fuzz/input.tar");
+  stoker::format::FuzzStream(data, size, stoker::format::StreamFormat::kTar,
+                             "mem://fuzz/input.tar");
   return 0;
 }
