@@ -263,7 +263,9 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
       "convert",
       "Convert a folder tree (root/<class>/<file>), WebDataset .tar files or TFRecord files into "
       "stoker shards + manifest.json at DST (a folder or s3://bucket/prefix)");
-  auto* c = new ConvertArgs;
+  // Static, so the parsed options outlive parsing without a heap object the leak checker flags.
+  static ConvertArgs convert_args;
+  ConvertArgs* c = &convert_args;
   convert->add_option("SRC", c->src, "folder tree root, .tar / .tfrecord file, or a folder of them")
       ->required();
   convert->add_option("DST", c->dst, "destination folder or s3://bucket/prefix")->required();
@@ -280,7 +282,8 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
       "inspect",
       "Describe a stoker dataset or shard (or a .tar / .tfrecord file): counts, sizes, "
       "fields, first keys; --verify checks every CRC");
-  auto* i = new InspectArgs;
+  static InspectArgs inspect_args;
+  InspectArgs* i = &inspect_args;
   inspect
       ->add_option("URL", i->url, "dataset folder/prefix, manifest.json, shard, .tar or .tfrecord")
       ->required();
