@@ -173,8 +173,7 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     // Smallest scale at which the crop still has at least the output's pixels.
     int need_w = static_cast<int>(std::ceil(out_w * full->width / r.w));
     int need_h = static_cast<int>(std::ceil(out_h * full->height / r.h));
-    auto [num, denom] = PickJpegScale(*full, need_w, need_h);
-    (void)num;  // always 1
+    const int denom = PickJpegScale(*full, need_w, need_h).second;  // numerator is 1
     // Decode only the crop (plus one pixel for the interpolation) at that scale.
     const int scaled_w = (full->width + denom - 1) / denom;
     const int scaled_h = (full->height + denom - 1) / denom;

@@ -1,6 +1,9 @@
 // The built-in element-wise ops (decode_image, resize, center_crop, random_resized_crop, flip,
 // normalize, cast, filter, map_field). pipeline.cc registers them once; docs/pipeline.md lists
 // their parameters.
+//
+// Thread safety: RegisterBuiltinTransforms is thread-safe; the transforms are immutable and their
+// Apply is thread-safe.
 #pragma once
 
 #include <memory>
