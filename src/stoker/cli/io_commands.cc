@@ -138,28 +138,29 @@ absl::Status Cp(const std::string& from, const std::string& to) {
 }  // namespace
 
 void RegisterIoCommands(CLI::App& app, absl::Status* result) {
+  // Static, so the parsed options outlive parsing without heap objects the leak checker flags.
+  static struct {
+    std::string url, src, dst;
+    bool recursive = false;
+    uint64_t offset = 0;
+    int64_t length = -1;
+  } args;
+
   auto* ls = app.add_subcommand("ls", "List objects under a URL (s3://bucket/prefix, path, ...)");
-  auto* ls_url = new std::string;
-  auto* ls_recursive = new bool(false);
-  ls->add_option("URL", *ls_url, "bucket, prefix, folder or object")->required();
-  ls->add_flag("-r,--recursive", *ls_recursive, "list every object below, not just one level");
-  ls->callback([=] { *result = Ls(*ls_url, *ls_recursive); });
+  ls->add_option("URL", args.url, "bucket, prefix, folder or object")->required();
+  ls->add_flag("-r,--recursive", args.recursive, "list every object below, not just one level");
+  ls->callback([result] { *result = Ls(args.url, args.recursive); });
 
   auto* cat = app.add_subcommand("cat", "Write an object (or a byte range of it) to standard output");
-  auto* cat_url = new std::string;
-  auto* cat_offset = new uint64_t(0);
-  auto* cat_length = new int64_t(-1);
-  cat->add_option("URL", *cat_url, "object URL")->required();
-  cat->add_option("--offset", *cat_offset, "first byte to write");
-  cat->add_option("--length", *cat_length, "number of bytes (default: to the end)");
-  cat->callback([=] { *result = Cat(*cat_url, *cat_offset, *cat_length); });
+  cat->add_option("URL", args.url, "object URL")->required();
+  cat->add_option("--offset", args.offset, "first byte to write");
+  cat->add_option("--length", args.length, "number of bytes (default: to the end)");
+  cat->callback([result] { *result = Cat(args.url, args.offset, args.length); });
 
   auto* cp = app.add_subcommand("cp", "Copy one object between URLs (a DST ending in '/' keeps the name)");
-  auto* cp_src = new std::string;
-  auto* cp_dst = new std::string;
-  cp->add_option("SRC", *cp_src, "source URL")->required();
-  cp->add_option("DST", *cp_dst, "destination URL")->required();
-  cp->callback([=] { *result = Cp(*cp_src, *cp_dst); });
+  cp->add_option("SRC", args.src, "source URL")->required();
+  cp->add_option("DST", args.dst, "destination URL")->required();
+  cp->callback([result] { *result = Cp(args.src, args.dst); });
 }
 
 }  // namespace stoker::cli
