@@ -126,7 +126,9 @@ absl::Status Run(const RunOptions& o) {
 
 void RegisterRunCommands(CLI::App& app, absl::Status* result) {
   auto* run = app.add_subcommand("run", "Run a pipeline spec in-process and report throughput");
-  auto* o = new RunOptions;
+  // Static, so the parsed options outlive parsing without a heap object the leak checker flags.
+  static RunOptions options;
+  RunOptions* o = &options;
   run->add_option("SPEC", o->spec, "pipeline spec (JSON file, see docs/pipeline.md)")->required();
   run->add_option("--epochs", o->epochs, "epochs to run (default 1)")->check(CLI::PositiveNumber);
   run->add_option("--max-elements", o->max_elements, "stop after this many elements");
