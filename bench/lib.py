@@ -26,22 +26,25 @@ def run(cmd, env=None, check=True, **kwargs):
 
 
 def process_cpu_seconds(marker):
-    """User+system CPU seconds of every process whose command line contains `marker`."""
-    total = 0.0
+    """User+system CPU seconds of every process whose command line contains `marker`, and of their
+    children (nginx's and Swift's workers do not repeat the configuration path)."""
     ticks = os.sysconf("SC_CLK_TCK")
+    stats = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
+                cmdline = f.read()
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+        except (FileNotFoundError, ProcessLookupError):
             continue
-    return total
+        # fields[1] is the parent pid; [11] and [12] are user and system time in ticks.
+        stats[pid] = (marker.encode() in cmdline, fields[1], int(fields[11]) + int(fields[12]))
+    chosen = {pid for pid, (match, _, _) in stats.items() if match}
+    chosen |= {pid for pid, (_, parent, _) in stats.items() if parent in chosen}
+    return sum(stats[pid][2] for pid in chosen) / ticks
 
 
 def drop_page_cache():
