@@ -93,10 +93,13 @@ absl::Status Run(const RunOptions& o) {
       std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
   std::fprintf(stderr,
                "stoker run: %lld elements, %lld samples, %.1f MB in %.2f s: %.1f elements/s, "
-               "%.1f samples/s, %.1f MB/s (pipeline %s, %d threads)\n",
+               "%.1f samples/s, %.1f MB/s (pipeline %s, %d threads%s)\n",
                static_cast<long long>(elements), static_cast<long long>(samples), bytes / 1e6,
                seconds, elements / seconds, samples / seconds, bytes / 1e6 / seconds,
-               pipeline->fingerprint().c_str(), o.threads > 0 ? o.threads : pipeline->threads());
+               pipeline->fingerprint().c_str(), o.threads > 0 ? o.threads : pipeline->threads(),
+               pipeline->deterministic()
+                   ? ""
+                   : "; deterministic: false, so the order may differ from run to run");
   // Time per stage, summed over the epochs run.
   std::map<std::string, std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> stages;
   std::vector<std::string> order;
