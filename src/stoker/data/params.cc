@@ -8,7 +8,7 @@ namespace stoker::data {
 namespace {
 
 std::string Describe(const nlohmann::json& v) {
-  std::string text = v.dump();
+  std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > 40) text = text.substr(0, 37) + "...";
   return StrCat(v.type_name(), " ", text);
 }

@@ -274,7 +274,8 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   pipeline->spec_ = spec;
   json canonical = spec;
   canonical.erase("threads");
-  pipeline->fingerprint_ = HexDigest(canonical.dump());
+  pipeline->fingerprint_ =
+      HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
   return std::shared_ptr<const Pipeline>(std::move(pipeline));
 }
 
@@ -288,6 +289,8 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string
     } catch (const json::parse_error& e) {
       return absl::InvalidArgumentError(
           StrCat("$: the spec is not valid JSON (at byte ", e.byte, ")"));
+    } catch (const json::exception& e) {  // e.g. a number too large
+      return absl::InvalidArgumentError(StrCat("$: the spec is not valid JSON (", e.what(), ")"));
     }
     return absl::InvalidArgumentError("$: the spec is not valid JSON");
   }
