@@ -40,7 +40,7 @@ TEST(Spec, ErrorsNameThePathTypeAndAllowedValues) {
       {{{{"op", "batch"}, {"size", 0}}}, "$.ops[0].size: expected an integer in [1, "},
       {{{{"op", "shuffle"}}, {{"op", "batch"}, {"size", "x"}}}, "$.ops[1].size: expected"},
       {{{{"op", "frobnicate"}}}, "$.ops[0].op: unknown op 'frobnicate'; allowed: shuffle"},
-      {{{{"op", "resize"}, {"field", "jpg"}}}, "$.ops[0].size: missing required field"},
+      {{{{"op", "resize"}, {"field", "jpg"}}}, "$.ops[0].size: resize needs exactly one of"},
       {{{{"op", "resize"}, {"field", "jpg"}, {"size", 3}, {"colour", 1}}},
        "$.ops[0].colour: unknown field for op 'resize'"},
       {{{{"op", "normalize"}, {"field", "jpg"}, {"layout", "NHWC"}}},

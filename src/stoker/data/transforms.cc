@@ -59,19 +59,40 @@ class DecodeImageOp : public Transform {
   bool skip_errors_;
 };
 
+// resize: to exactly "size" [h, w], or so that the shorter side is "shorter_side" (aspect kept).
 class Resize : public Transform {
  public:
-  explicit Resize(ParamReader& p) : field_(p.String("field")), size_(p.Size("size")) {}
+  explicit Resize(ParamReader& p) : field_(p.String("field")) {
+    p.Raw("size");  // both are known fields, whichever is given
+    p.Raw("shorter_side");
+    if (p.Has("size") == p.Has("shorter_side")) {
+      p.Fail("size", "resize needs exactly one of \"size\" ([height, width]) and "
+                     "\"shorter_side\" (an integer)");
+    } else if (p.Has("size")) {
+      size_ = p.Size("size");
+    } else {
+      shorter_side_ = static_cast<int>(p.Int("shorter_side", std::nullopt, 1, 65535));
+    }
+  }
   Result Apply(Element e, Rng&) const override {
     ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
     RETURN_IF_ERROR(CheckImage(*t, field_));
-    e.fields[field_] = CropResize(*t, 0, 0, t->shape[1], t->shape[0], size_.first, size_.second);
+    const int64_t h = t->shape[0], w = t->shape[1];
+    std::pair<int, int> out = size_;
+    if (shorter_side_ > 0) {
+      out = h <= w ? std::make_pair(shorter_side_, static_cast<int>(std::lround(
+                                                       double(w) * shorter_side_ / h)))
+                   : std::make_pair(static_cast<int>(std::lround(double(h) * shorter_side_ / w)),
+                                    shorter_side_);
+    }
+    e.fields[field_] = CropResize(*t, 0, 0, w, h, out.first, out.second);
     return e;
   }
 
  private:
   std::string field_;
-  std::pair<int, int> size_;
+  std::pair<int, int> size_{0, 0};
+  int shorter_side_ = 0;
 };
 
 class CenterCrop : public Transform {

@@ -91,6 +91,15 @@ TEST(Resize, CropAndCenterCrop) {
   EXPECT_NE(s.message().find("img/0"), std::string::npos) << s;
 }
 
+TEST(Resize, ShorterSideKeepsAspect) {
+  RegisterImages();
+  auto out = RunAll(ImageSpec({{{"op", "decode_image"}, {"field", "jpg"}},
+                               {{"op", "resize"}, {"field", "jpg"}, {"shorter_side", 30}}}));
+  EXPECT_EQ(out[0].fields.at("jpg").shape, (std::vector<int64_t>{30, 40, 3}));  // from 60x80
+  auto s = FirstError(ImageSpec({{{"op", "resize"}, {"field", "jpg"}}}));
+  EXPECT_NE(s.message().find("exactly one of"), std::string::npos) << s;
+}
+
 TEST(CropResize, IdentityAndHalving) {
   Tensor g = Gradient(8, 8);
   Tensor same = CropResize(g, 0, 0, 8, 8, 8, 8);
