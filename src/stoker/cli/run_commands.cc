@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "stoker/cli/commands.h"
 #include "stoker/core/status.h"
@@ -41,7 +41,8 @@ absl::Status Run(const RunOptions& o) {
   // normalize, measured). Batches (>= 8 MiB) still get their own huge-page mappings.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  ASSIGN_OR_RETURN(std::shared_ptr<const data::Pipeline> pipeline, data::Pipeline::FromFile(o.spec));
+  ASSIGN_OR_RETURN(std::shared_ptr<const data::Pipeline> pipeline,
+                   data::Pipeline::FromFile(o.spec));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int64_t elements = 0, samples = 0, bytes = 0;
@@ -84,7 +85,8 @@ absl::Status Run(const RunOptions& o) {
       ASSIGN_OR_RETURN(std::string saved, it->Save());
       std::ofstream out(o.checkpoint, std::ios::trunc);
       out << saved;
-      if (!out) return absl::UnavailableError(StrCat("cannot write checkpoint '", o.checkpoint, "'"));
+      if (!out)
+        return absl::UnavailableError(StrCat("cannot write checkpoint '", o.checkpoint, "'"));
     } else {
       std::remove(o.checkpoint.c_str());  // nothing left to resume
     }
@@ -115,7 +117,8 @@ absl::Status Run(const RunOptions& o) {
       par = s->parallelism;
     }
   }
-  std::fprintf(stderr, "  %-48s %10s %12s %10s %8s\n", "stage", "cpu s", "elements", "MB", "skipped");
+  std::fprintf(stderr, "  %-48s %10s %12s %10s %8s\n", "stage", "cpu s", "elements", "MB",
+               "skipped");
   for (const std::string& name : order) {
     auto& [busy, n, b, skipped, par] = stages[name];
     std::string label = par > 0 ? StrCat(name, " (parallelism ", par, ")") : name;

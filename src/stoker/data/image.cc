@@ -1,9 +1,9 @@
 #include "stoker/data/image.h"
 
+#include <jpeglib.h>
 #include <png.h>
 #include <setjmp.h>
 #include <stdio.h>  // jpeglib.h needs FILE
-#include <jpeglib.h>
 #include <turbojpeg.h>
 
 #include <cmath>
@@ -81,8 +81,7 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (bytes.size() < 3 || bytes.data()[0] != 0xFF || bytes.data()[1] != 0xD8 ||
       tjDecompressHeader3(tj, bytes.data(), bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return absl::InvalidArgumentError(
-        StrCat("not a JPEG or PNG image (", bytes.size(), " bytes)"));
+    return absl::InvalidArgumentError(StrCat("not a JPEG or PNG image (", bytes.size(), " bytes)"));
   }
   tjscalingfactor sf{scale_num, scale_denom};
   int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);

@@ -12,8 +12,10 @@
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [--classes N] [--per-class N] [--width W] [--height H] "
-                 "[--quality Q]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DIR [--classes N] [--per-class N] [--width W] [--height H] "
+                 "[--quality Q]\n",
+                 argv[0]);
     return 2;
   }
   std::string dir = argv[1];
@@ -21,11 +23,16 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     int value = std::atoi(argv[i + 1]);
-    if (flag == "--classes") classes = value;
-    else if (flag == "--per-class") per_class = value;
-    else if (flag == "--width") width = value;
-    else if (flag == "--height") height = value;
-    else if (flag == "--quality") quality = value;
+    if (flag == "--classes")
+      classes = value;
+    else if (flag == "--per-class")
+      per_class = value;
+    else if (flag == "--width")
+      width = value;
+    else if (flag == "--height")
+      height = value;
+    else if (flag == "--quality")
+      quality = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -46,8 +53,8 @@ int main(int argc, char** argv) {
           p[2] = static_cast<uint8_t>(((x + y) / 4 + noise) & 255);
         }
       }
-      stoker::data::Tensor image{stoker::data::DType::kUint8, {height, width, 3},
-                                 std::move(pixels).Finish()};
+      stoker::data::Tensor image{
+          stoker::data::DType::kUint8, {height, width, 3}, std::move(pixels).Finish()};
       auto jpeg = stoker::data::EncodeJpeg(image, quality);
       if (!jpeg.ok()) {
         std::fprintf(stderr, "%s\n", std::string(jpeg.status().message()).c_str());

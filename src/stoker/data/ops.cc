@@ -1,5 +1,7 @@
 #include "stoker/data/ops.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -7,8 +9,6 @@
 #include <deque>
 #include <numeric>
 #include <thread>
-
-#include <time.h>
 
 #include "absl/synchronization/mutex.h"
 #include "stoker/core/status.h"
@@ -34,9 +34,8 @@ int64_t ThreadCpuNanos() {
 }
 
 absl::Status BadState(std::string_view what) {
-  return absl::InvalidArgumentError(
-      StrCat("iterator state does not match this pipeline (", what,
-             "); restore a token saved by the same spec"));
+  return absl::InvalidArgumentError(StrCat("iterator state does not match this pipeline (", what,
+                                           "); restore a token saved by the same spec"));
 }
 
 absl::StatusOr<int64_t> StateInt(const json& state, const char* key) {
@@ -136,7 +135,8 @@ class IndexedSourceIterator : public Iterator {
     split_.reset();
     if (state.contains("split")) {
       const json& s = state["split"];
-      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number_integer()) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() ||
+          !s[1].is_number_integer()) {
         return BadState("bad split");
       }
       split_ = Split{s[0].get<int64_t>(), s[1].get<int64_t>()};
@@ -154,10 +154,10 @@ class IndexedSourceIterator : public Iterator {
   const IndexedSourceNode& node_;
   IteratorContext ctx_;
   StageStats* stats_;
-  std::vector<int64_t> order_;   // empty: identity
-  std::optional<Split> split_;   // positions being read (the whole epoch without a provider)
-  int64_t pos_ = 0;              // next position to read
-  int64_t delivered_ = 0;        // position after the last element returned
+  std::vector<int64_t> order_;  // empty: identity
+  std::optional<Split> split_;  // positions being read (the whole epoch without a provider)
+  int64_t pos_ = 0;             // next position to read
+  int64_t delivered_ = 0;       // position after the last element returned
   std::deque<std::pair<int64_t, Element>> ahead_;  // read, not yet returned, with positions
 };
 
@@ -265,8 +265,7 @@ class MapNode : public DatasetNode {
 };
 
 absl::StatusOr<std::optional<Element>> RunSteps(const std::vector<MapStep>& steps,
-                                                const std::vector<StageStats*>& stats,
-                                                Element e) {
+                                                const std::vector<StageStats*>& stats, Element e) {
   for (size_t i = 0; i < steps.size(); ++i) {
     int64_t start = ThreadCpuNanos();
     Rng rng(MixSeed({steps[i].seed, static_cast<uint64_t>(e.epoch), e.sample_index}));
@@ -329,7 +328,8 @@ class MapIterator : public Iterator {
         absl::MutexLock lock(&shared_->mu);
         if (ctx_.runtime->deterministic()) {
           slot = slots_.front();
-          shared_->mu.Await(absl::Condition(+[](Slot* s) { return s->done; }, slot.get()));
+          shared_->mu.Await(absl::Condition(
+              +[](Slot* s) { return s->done; }, slot.get()));
         } else {
           auto any_done = [this]() {
             return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->done; });
@@ -409,9 +409,10 @@ class MapIterator : public Iterator {
     window_wait_ns_ += waited_ns;
     if (++window_count_ < kWindow) return;
     int64_t window_ns = NanosSince(window_start_);
-    int64_t avg_bytes = std::max<int64_t>(1, stats_.back()->bytes / std::max<int64_t>(1, stats_.back()->elements));
-    int memory_limit = static_cast<int>(std::clamp<int64_t>(
-        ctx_.runtime->memory_budget_bytes() / 4 / avg_bytes, 1, 1 << 20));
+    int64_t avg_bytes =
+        std::max<int64_t>(1, stats_.back()->bytes / std::max<int64_t>(1, stats_.back()->elements));
+    int memory_limit = static_cast<int>(
+        std::clamp<int64_t>(ctx_.runtime->memory_budget_bytes() / 4 / avg_bytes, 1, 1 << 20));
     int ceiling = std::min(max_limit_, memory_limit);
     if (window_wait_ns_ * 5 > window_ns && limit_ < ceiling) {
       ++limit_;
@@ -557,8 +558,7 @@ class BatchNode : public DatasetNode {
   std::optional<int64_t> Cardinality() const override {
     auto n = input_->Cardinality();
     if (!n) return n;
-    return options_.drop_remainder ? *n / options_.size
-                                   : (*n + options_.size - 1) / options_.size;
+    return options_.drop_remainder ? *n / options_.size : (*n + options_.size - 1) / options_.size;
   }
 
   NodePtr input_;
@@ -649,7 +649,8 @@ class BucketIterator : public ReplayIterator {
     while (flush_ < buckets_.size()) {
       std::vector<Element> partial = std::move(buckets_[flush_]);
       buckets_[flush_++].clear();
-      if (!partial.empty() && !node_.drop_remainder_) return Collate(partial, true, node_.padding_value_);
+      if (!partial.empty() && !node_.drop_remainder_)
+        return Collate(partial, true, node_.padding_value_);
     }
     return std::nullopt;
   }
@@ -804,7 +805,9 @@ class PrefetchNode : public DatasetNode {
 class PrefetchIterator : public Iterator {
  public:
   PrefetchIterator(const PrefetchNode& node, const IteratorContext& ctx)
-      : node_(node), ctx_(ctx), input_(node.input_->MakeIterator(ctx)),
+      : node_(node),
+        ctx_(ctx),
+        input_(node.input_->MakeIterator(ctx)),
         stats_(ctx.runtime->Stats("prefetch")) {}
   ~PrefetchIterator() override { Stop(); }
 
@@ -817,9 +820,10 @@ class PrefetchIterator : public Iterator {
     Item item;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(+[](PrefetchIterator* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-        return !p->queue_.empty();
-      }, this));
+      mu_.Await(absl::Condition(
+          +[](PrefetchIterator* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return !p->queue_.empty(); },
+          this));
       item = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -864,9 +868,11 @@ class PrefetchIterator : public Iterator {
       while (true) {
         {
           absl::MutexLock lock(&mu_);
-          mu_.Await(absl::Condition(+[](PrefetchIterator* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stop_ || static_cast<int64_t>(p->queue_.size()) < p->Capacity();
-          }, this));
+          mu_.Await(absl::Condition(
+              +[](PrefetchIterator* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+                return p->stop_ || static_cast<int64_t>(p->queue_.size()) < p->Capacity();
+              },
+              this));
           if (stop_) return;
         }
         Item item;
@@ -948,8 +954,7 @@ std::string FieldNames(const Element& e) {
 
 }  // namespace
 
-absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
-                                double padding_value) {
+absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded, double padding_value) {
   Element out;
   if (elements.empty()) return out;
   const Element& first = elements.front();
@@ -960,9 +965,9 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
     if (e.fields.size() != first.fields.size() ||
         !std::equal(e.fields.begin(), e.fields.end(), first.fields.begin(),
                     [](const auto& a, const auto& b) { return a.first == b.first; })) {
-      return absl::InvalidArgumentError(
-          StrCat("batch: sample '", e.FirstKey(), "' has fields {", FieldNames(e), "} but sample '",
-                 first.FirstKey(), "' has {", FieldNames(first), "}"));
+      return absl::InvalidArgumentError(StrCat("batch: sample '", e.FirstKey(), "' has fields {",
+                                               FieldNames(e), "} but sample '", first.FirstKey(),
+                                               "' has {", FieldNames(first), "}"));
     }
   }
   const int64_t n = static_cast<int64_t>(elements.size());
@@ -987,10 +992,10 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
         shape[d] = std::max(shape[d], t.shape[d]);
       }
       if (ragged && !padded) {
-        return absl::InvalidArgumentError(StrCat(
-            "batch: field '", name, "' is ragged: sample '", first.FirstKey(), "' has shape ",
-            t0.ShapeString(), " but sample '", e.FirstKey(), "' has ", t.ShapeString(),
-            "; resize or crop to one size, or use padded_batch"));
+        return absl::InvalidArgumentError(
+            StrCat("batch: field '", name, "' is ragged: sample '", first.FirstKey(),
+                   "' has shape ", t0.ShapeString(), " but sample '", e.FirstKey(), "' has ",
+                   t.ShapeString(), "; resize or crop to one size, or use padded_batch"));
       }
     }
     if (t0.dtype == DType::kBytes) {
@@ -1015,11 +1020,20 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded,
     UninitBuffer buf(static_cast<size_t>(per * n));
     if (ragged) {
       switch (t0.dtype) {
-        case DType::kUint8: FillValue<uint8_t>(buf.data(), per * n, padding_value); break;
-        case DType::kInt32: FillValue<int32_t>(buf.data(), per * n / 4, padding_value); break;
-        case DType::kInt64: FillValue<int64_t>(buf.data(), per * n / 8, padding_value); break;
-        case DType::kFloat32: FillValue<float>(buf.data(), per * n / 4, padding_value); break;
-        case DType::kBytes: break;
+        case DType::kUint8:
+          FillValue<uint8_t>(buf.data(), per * n, padding_value);
+          break;
+        case DType::kInt32:
+          FillValue<int32_t>(buf.data(), per * n / 4, padding_value);
+          break;
+        case DType::kInt64:
+          FillValue<int64_t>(buf.data(), per * n / 8, padding_value);
+          break;
+        case DType::kFloat32:
+          FillValue<float>(buf.data(), per * n / 4, padding_value);
+          break;
+        case DType::kBytes:
+          break;
       }
     }
     for (int64_t i = 0; i < n; ++i) {

@@ -39,7 +39,7 @@ NodePtr MakeShuffleBufferNode(NodePtr input, int64_t buffer_size, uint64_t seed,
 struct BatchOptions {
   int64_t size = 1;
   bool drop_remainder = false;
-  bool padded = false;          // pad each field to the largest shape in the batch
+  bool padded = false;  // pad each field to the largest shape in the batch
   double padding_value = 0;
 };
 NodePtr MakeBatchNode(NodePtr input, BatchOptions options);

@@ -62,10 +62,10 @@ TEST(Shuffle, IndexedIsAPermutationFromSeedAndEpoch) {
   auto a = Keys(RunAll(spec));
   EXPECT_EQ(Sorted(a), Sorted(RangeKeys(100)));
   EXPECT_NE(a, RangeKeys(100));
-  EXPECT_EQ(a, Keys(RunAll(spec)));                    // same seed, same order
-  EXPECT_NE(a, Keys(RunAll(spec, 1, /*epoch=*/1)));    // next epoch, new order
+  EXPECT_EQ(a, Keys(RunAll(spec)));                  // same seed, same order
+  EXPECT_NE(a, Keys(RunAll(spec, 1, /*epoch=*/1)));  // next epoch, new order
   spec["seed"] = 8;
-  EXPECT_NE(a, Keys(RunAll(spec)));                    // other seed, other order
+  EXPECT_NE(a, Keys(RunAll(spec)));  // other seed, other order
   spec["ops"][0]["reshuffle_each_epoch"] = false;
   EXPECT_EQ(Keys(RunAll(spec)), Keys(RunAll(spec, 1, 1)));
 }
@@ -82,8 +82,9 @@ TEST(Shuffle, StreamShardOrderAndBuffer) {
 
 TEST(Shuffle, BufferAfterAMap) {
   json spec = {{"source", {{"range", 64}}},
-               {"ops", {{{"op", "cast"}, {"field", "value"}, {"to", "int32"}},
-                        {{"op", "shuffle"}, {"buffer", 10}}}}};
+               {"ops",
+                {{{"op", "cast"}, {"field", "value"}, {"to", "int32"}},
+                 {{"op", "shuffle"}, {"buffer", 10}}}}};
   auto a = Keys(RunAll(spec));
   EXPECT_EQ(Sorted(a), Sorted(RangeKeys(64)));
   EXPECT_NE(a, RangeKeys(64));
@@ -104,9 +105,10 @@ TEST(Batch, CollatesAndKeepsRemainderUnlessDropped) {
 TEST(Batch, RaggedFieldIsAnErrorNamingTheField) {
   RegisterTexts("texts10", 10);
   json spec = {{"source", {{"memory", "texts10"}}},
-               {"ops", {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
-                        {{"op", "map_field"}, {"drop", {"cls"}}},
-                        {{"op", "batch"}, {"size", 3}}}}};
+               {"ops",
+                {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
+                 {{"op", "map_field"}, {"drop", {"cls"}}},
+                 {{"op", "batch"}, {"size", 3}}}}};
   auto s = FirstError(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("field 'txt' is ragged"), std::string::npos) << s;
@@ -115,10 +117,12 @@ TEST(Batch, RaggedFieldIsAnErrorNamingTheField) {
 
 TEST(Batch, UndecodedBytesAreAnErrorExceptIntegerLabels) {
   RegisterTexts("texts10", 10);
-  auto s = FirstError({{"source", {{"memory", "texts10"}}}, {"ops", {{{"op", "batch"}, {"size", 2}}}}});
+  auto s =
+      FirstError({{"source", {{"memory", "texts10"}}}, {"ops", {{{"op", "batch"}, {"size", 2}}}}});
   EXPECT_NE(s.message().find("field 'txt' holds undecoded bytes"), std::string::npos) << s;
-  auto out = RunAll({{"source", {{"memory", "texts10"}}},
-                     {"ops", {{{"op", "map_field"}, {"drop", {"txt"}}}, {{"op", "batch"}, {"size", 4}}}}});
+  auto out =
+      RunAll({{"source", {{"memory", "texts10"}}},
+              {"ops", {{{"op", "map_field"}, {"drop", {"txt"}}}, {{"op", "batch"}, {"size", 4}}}}});
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(Int64s(out[0].fields.at("cls")), (std::vector<int64_t>{0, 1, 2, 0}));
 }
@@ -126,25 +130,31 @@ TEST(Batch, UndecodedBytesAreAnErrorExceptIntegerLabels) {
 TEST(PaddedBatch, PadsToLongest) {
   RegisterTexts("texts10", 10);
   json spec = {{"source", {{"memory", "texts10"}}},
-               {"ops", {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
-                        {{"op", "cast"}, {"field", "cls"}, {"to", "int64"}},
-                        {{"op", "padded_batch"}, {"size", 3}, {"padding_value", 9}}}}};
+               {"ops",
+                {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
+                 {{"op", "cast"}, {"field", "cls"}, {"to", "int64"}},
+                 {{"op", "padded_batch"}, {"size", 3}, {"padding_value", 9}}}}};
   auto out = RunAll(spec);
   ASSERT_EQ(out.size(), 4u);
   const Tensor& txt = out[0].fields.at("txt");  // lengths 1, 2, 3
   EXPECT_EQ(txt.shape, (std::vector<int64_t>{3, 3}));
   std::string bytes(txt.data.view());
-  EXPECT_EQ(bytes, std::string("a\x09\x09" "bb\x09" "ccc"));
+  EXPECT_EQ(bytes, std::string("a\x09\x09"
+                               "bb\x09"
+                               "ccc"));
   EXPECT_EQ(Int64s(out[0].fields.at("cls")), (std::vector<int64_t>{0, 1, 2}));
 }
 
 TEST(BucketByLength, GroupsByLengthAndPads) {
   RegisterTexts("texts70", 70);
   json spec = {{"source", {{"memory", "texts70"}}},
-               {"ops", {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
-                        {{"op", "map_field"}, {"keep", {"txt"}}},
-                        {{"op", "bucket_by_length"}, {"field", "txt"}, {"boundaries", {3, 6}},
-                         {"batch_sizes", {4, 4, 2}}}}}};
+               {"ops",
+                {{{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
+                 {{"op", "map_field"}, {"keep", {"txt"}}},
+                 {{"op", "bucket_by_length"},
+                  {"field", "txt"},
+                  {"boundaries", {3, 6}},
+                  {"batch_sizes", {4, 4, 2}}}}}};
   auto out = RunAll(spec);
   std::set<std::string> keys;
   auto bucket_of = [](int64_t length) { return length < 3 ? 0 : length < 6 ? 1 : 2; };
@@ -156,7 +166,8 @@ TEST(BucketByLength, GroupsByLengthAndPads) {
     std::set<int> buckets;
     for (int64_t row = 0; row < t.shape[0]; ++row) {
       int64_t length = 0;
-      for (int64_t i = 0; i < t.shape[1]; ++i) length += t.values<uint8_t>()[row * t.shape[1] + i] != 0;
+      for (int64_t i = 0; i < t.shape[1]; ++i)
+        length += t.values<uint8_t>()[row * t.shape[1] + i] != 0;
       buckets.insert(bucket_of(length));
     }
     EXPECT_EQ(buckets.size(), 1u);
@@ -185,8 +196,9 @@ TEST(RepeatTakeSkip, Semantics) {
 TEST(FilterAndMapField, Semantics) {
   RegisterTexts("texts30", 30);
   json spec = {{"source", {{"memory", "texts30"}}},
-               {"ops", {{{"op", "filter"}, {"field", "cls"}, {"in", {1}}},
-                        {{"op", "map_field"}, {"rename", {{"txt", "text"}}}, {"drop", {"cls"}}}}}};
+               {"ops",
+                {{{"op", "filter"}, {"field", "cls"}, {"in", {1}}},
+                 {{"op", "map_field"}, {"rename", {{"txt", "text"}}}, {"drop", {"cls"}}}}}};
   auto out = RunAll(spec);
   ASSERT_EQ(out.size(), 10u);
   EXPECT_EQ(out[0].FirstKey(), "t1");
@@ -221,18 +233,17 @@ TEST(ParallelMap, NonDeterministicDeliversEverything) {
 // Saving after k elements and restoring into a fresh iterator yields exactly the rest.
 TEST(Checkpoint, RestoreAtEveryPositionYieldsTheRest) {
   RegisterTexts("texts40", 40);
-  json spec = {
-      {"source", {{"memory", "texts40"}}},
-      {"seed", 11},
-      {"ops",
-       {{{"op", "shuffle"}},
-        {{"op", "filter"}, {"field", "cls"}, {"in", {0, 1}}},
-        {{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
-        {{"op", "cast"}, {"field", "cls"}, {"to", "int32"}},
-        {{"op", "shuffle"}, {"buffer", 5}},
-        {{"op", "padded_batch"}, {"size", 3}},
-        {{"op", "repeat"}, {"count", 2}},
-        {{"op", "prefetch"}, {"buffer", 2}}}}};
+  json spec = {{"source", {{"memory", "texts40"}}},
+               {"seed", 11},
+               {"ops",
+                {{{"op", "shuffle"}},
+                 {{"op", "filter"}, {"field", "cls"}, {"in", {0, 1}}},
+                 {{"op", "cast"}, {"field", "txt"}, {"to", "uint8"}},
+                 {{"op", "cast"}, {"field", "cls"}, {"to", "int32"}},
+                 {{"op", "shuffle"}, {"buffer", 5}},
+                 {{"op", "padded_batch"}, {"size", 3}},
+                 {{"op", "repeat"}, {"count", 2}},
+                 {{"op", "prefetch"}, {"buffer", 2}}}}};
   auto pipeline = testing::MustBuild(spec);
   auto full = Keys(RunAll(spec, 2));
   ASSERT_FALSE(full.empty());
@@ -291,8 +302,10 @@ class VectorSplits : public SplitProvider {
 };
 
 TEST(Splits, SourceReadsOnlyItsSplitsOfTheShuffledOrder) {
-  json spec = {{"source", {{"range", 100}}}, {"seed", 3},
-               {"ops", {{{"op", "shuffle"}}, {{"op", "batch"}, {"size", 7}}, {{"op", "prefetch"}}}}};
+  json spec = {
+      {"source", {{"range", 100}}},
+      {"seed", 3},
+      {"ops", {{{"op", "shuffle"}}, {{"op", "batch"}, {"size", 7}}, {{"op", "prefetch"}}}}};
   auto pipeline = testing::MustBuild(spec);
   EXPECT_EQ(pipeline->source_size(), 100);
   auto whole = Keys(RunAll(spec));

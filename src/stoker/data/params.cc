@@ -40,8 +40,8 @@ const nlohmann::json* ParamReader::Lookup(const std::string& key, const std::str
   auto it = object_.find(key);
   if (it == object_.end()) {
     if (required) {
-      status_ = absl::InvalidArgumentError(StrCat(PathOf(key), ": missing required field of ",
-                                                  what_, "; expected ", expected));
+      status_ = absl::InvalidArgumentError(
+          StrCat(PathOf(key), ": missing required field of ", what_, "; expected ", expected));
     }
     return nullptr;
   }
@@ -63,8 +63,7 @@ void ParamReader::Fail(const std::string& key, const std::string& message) {
 
 std::string ParamReader::String(const std::string& key, std::optional<std::string> def,
                                 const std::vector<std::string>& allowed) {
-  std::string expected =
-      allowed.empty() ? "a string" : StrCat("one of ", JoinQuoted(allowed));
+  std::string expected = allowed.empty() ? "a string" : StrCat("one of ", JoinQuoted(allowed));
   const nlohmann::json* v = Lookup(key, expected, !def.has_value());
   if (v == nullptr) return def.value_or("");
   if (!v->is_string()) {
@@ -125,12 +124,11 @@ bool ParamReader::Bool(const std::string& key, std::optional<bool> def) {
 }
 
 std::vector<double> ParamReader::NumberList(const std::string& key,
-                                            std::optional<std::vector<double>> def,
-                                            size_t min_len, size_t max_len, double min,
-                                            double max) {
-  std::string expected =
-      min_len == max_len ? StrCat("an array of ", min_len, " numbers")
-                         : StrCat("an array of ", min_len, " to ", max_len, " numbers");
+                                            std::optional<std::vector<double>> def, size_t min_len,
+                                            size_t max_len, double min, double max) {
+  std::string expected = min_len == max_len
+                             ? StrCat("an array of ", min_len, " numbers")
+                             : StrCat("an array of ", min_len, " to ", max_len, " numbers");
   if (min > -1e300) expected += StrCat(" each in [", min, ", ", max, "]");
   const nlohmann::json* v = Lookup(key, expected, !def.has_value());
   if (v == nullptr) return def.value_or(std::vector<double>{});
@@ -153,11 +151,11 @@ std::vector<double> ParamReader::NumberList(const std::string& key,
 }
 
 std::vector<int64_t> ParamReader::IntList(const std::string& key,
-                                          std::optional<std::vector<int64_t>> def,
-                                          size_t min_len, size_t max_len, int64_t min) {
-  std::string expected =
-      min_len == max_len ? StrCat("an array of ", min_len, " integers")
-                         : StrCat("an array of ", min_len, " to ", max_len, " integers");
+                                          std::optional<std::vector<int64_t>> def, size_t min_len,
+                                          size_t max_len, int64_t min) {
+  std::string expected = min_len == max_len
+                             ? StrCat("an array of ", min_len, " integers")
+                             : StrCat("an array of ", min_len, " to ", max_len, " integers");
   if (min != INT64_MIN) expected += StrCat(" each >= ", min);
   const nlohmann::json* v = Lookup(key, expected, !def.has_value());
   if (v == nullptr) return def.value_or(std::vector<int64_t>{});

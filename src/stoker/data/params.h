@@ -7,12 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 
@@ -34,9 +33,9 @@ class ParamReader {
                 double min = -1e300, double max = 1e300);
   bool Bool(const std::string& key, std::optional<bool> def = std::nullopt);
   // An array of numbers with min_len..max_len entries, each in [min, max].
-  std::vector<double> NumberList(const std::string& key,
-                                 std::optional<std::vector<double>> def, size_t min_len,
-                                 size_t max_len, double min = -1e300, double max = 1e300);
+  std::vector<double> NumberList(const std::string& key, std::optional<std::vector<double>> def,
+                                 size_t min_len, size_t max_len, double min = -1e300,
+                                 double max = 1e300);
   std::vector<int64_t> IntList(const std::string& key, std::optional<std::vector<int64_t>> def,
                                size_t min_len, size_t max_len, int64_t min = INT64_MIN);
   std::vector<std::string> StringList(const std::string& key,

@@ -20,9 +20,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kStructuralOps = {"shuffle", "batch",  "padded_batch",
-                                                 "bucket_by_length", "repeat", "take",
-                                                 "skip",    "prefetch"};
+const std::vector<std::string> kStructuralOps = {
+    "shuffle", "batch", "padded_batch", "bucket_by_length", "repeat", "take", "skip", "prefetch"};
 
 std::string HexDigest(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -118,7 +117,8 @@ struct PipelineBuilder {
             StrCat("$.source.", tar ? "tar" : "tfrecord", ": expected at least one URL"));
       }
       auto opened = OpenFormatStream(urls, tar, skip);
-      if (!opened.ok()) return Annotate(opened.status(), StrCat("$.source.", tar ? "tar" : "tfrecord"));
+      if (!opened.ok())
+        return Annotate(opened.status(), StrCat("$.source.", tar ? "tar" : "tfrecord"));
       stream = *opened;
     }
     return p.Finish();
@@ -143,10 +143,11 @@ struct PipelineBuilder {
       const std::string path = IndexPath("$.ops", i);
       const json& op = ops[i];
       if (!op.is_object() || !op.contains("op") || !op["op"].is_string()) {
-        return absl::InvalidArgumentError(StrCat(
-            path, op.is_object() ? ".op: missing or not a string; expected one of "
-                                 : ": expected an object {\"op\": NAME, ...}; NAME one of ",
-            Allowed()));
+        return absl::InvalidArgumentError(
+            StrCat(path,
+                   op.is_object() ? ".op: missing or not a string; expected one of "
+                                  : ": expected an object {\"op\": NAME, ...}; NAME one of ",
+                   Allowed()));
       }
       const std::string name = op["op"].get<std::string>();
       ParamReader p(op, path, StrCat("op '", name, "'"));
@@ -186,9 +187,9 @@ struct PipelineBuilder {
           p.Fail("boundaries", "expected strictly increasing lengths");
         }
         if (sizes.size() != boundaries.size() + 1) {
-          p.Fail("batch_sizes", StrCat("expected ", boundaries.size() + 1,
-                                       " batch sizes (one more than boundaries), got ",
-                                       sizes.size()));
+          p.Fail("batch_sizes",
+                 StrCat("expected ", boundaries.size() + 1,
+                        " batch sizes (one more than boundaries), got ", sizes.size()));
         }
         RETURN_IF_ERROR(p.Finish());
         FlushSteps();
@@ -268,9 +269,9 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
   pipeline->root_ = b.node;
   if (b.indexed) pipeline->source_size_ = b.indexed->size();
-  pipeline->threads_ =
-      threads > 0 ? static_cast<int>(threads)
-                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  pipeline->threads_ = threads > 0
+                           ? static_cast<int>(threads)
+                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   pipeline->spec_ = spec;
   json canonical = spec;
   canonical.erase("threads");
@@ -346,10 +347,10 @@ absl::Status PipelineIterator::Restore(std::string_view text) {
     return absl::InvalidArgumentError("not an iterator token saved by stoker");
   }
   if (token["fingerprint"] != pipeline_->fingerprint()) {
-    return absl::InvalidArgumentError(StrCat(
-        "iterator token was saved by a different pipeline (fingerprint ",
-        token["fingerprint"].get<std::string>(), ", this pipeline ", pipeline_->fingerprint(),
-        "); resume with the same spec"));
+    return absl::InvalidArgumentError(
+        StrCat("iterator token was saved by a different pipeline (fingerprint ",
+               token["fingerprint"].get<std::string>(), ", this pipeline ",
+               pipeline_->fingerprint(), "); resume with the same spec"));
   }
   root_.reset();
   epoch_ = token["epoch"].get<int64_t>();

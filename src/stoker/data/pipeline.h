@@ -19,11 +19,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "stoker/data/dataset.h"

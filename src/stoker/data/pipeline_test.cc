@@ -49,7 +49,10 @@ TEST(Spec, ErrorsNameThePathTypeAndAllowedValues) {
       {{{{"op", "flip"}, {"field", "x"}, {"p", 2}}}, "$.ops[0].p: expected a number in [0, 1]"},
       {{{{"op", "random_resized_crop"}, {"field", "x"}, {"size", 8}, {"scale", {0.9, 0.1}}}},
        "$.ops[0].scale: expected [min, max]"},
-      {{{{"op", "bucket_by_length"}, {"field", "x"}, {"boundaries", {2, 4}}, {"batch_sizes", {1, 2}}}},
+      {{{{"op", "bucket_by_length"},
+         {"field", "x"},
+         {"boundaries", {2, 4}},
+         {"batch_sizes", {1, 2}}}},
        "$.ops[0].batch_sizes: expected 3 batch sizes"},
       {{"not an op"}, "$.ops[0]: expected an object"},
   };
@@ -106,8 +109,9 @@ std::string PluginPath() { return STOKER_TEST_PLUGIN_PATH; }
 TEST(Plugin, LoadsAndRunsTheExamplePlugin) {
   json spec = {{"plugins", {PluginPath()}},
                {"source", {{"range", 3}}},
-               {"ops", {{{"op", "cast"}, {"field", "value"}, {"to", "uint8"}},
-                        {{"op", "invert"}, {"field", "value"}}}}};
+               {"ops",
+                {{{"op", "cast"}, {"field", "value"}, {"to", "uint8"}},
+                 {{"op", "invert"}, {"field", "value"}}}}};
   auto out = RunAll(spec);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[2].fields.at("value").values<uint8_t>()[0], 253);

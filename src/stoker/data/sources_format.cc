@@ -73,7 +73,7 @@ class FormatStreamSource : public StreamSource {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                bool skip_corrupt) {
+                                                                 bool skip_corrupt) {
   format::DatasetOptions options;
   options.on_corrupt = skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
   ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(url, options));
@@ -81,20 +81,20 @@ absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::stri
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                              bool tar, bool skip_corrupt) {
+                                                               bool tar, bool skip_corrupt) {
   return std::shared_ptr<StreamSource>(new FormatStreamSource(std::move(urls), tar, skip_corrupt));
 }
 
 #else
 
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                bool skip_corrupt) {
+                                                                 bool skip_corrupt) {
   return absl::UnimplementedError(
       StrCat("cannot open '", url, "': this build has no shard format layer (stoker_format)"));
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                              bool tar, bool skip_corrupt) {
+                                                               bool tar, bool skip_corrupt) {
   return absl::UnimplementedError("this build has no shard format layer (stoker_format)");
 }
 

@@ -16,10 +16,10 @@ namespace stoker::data {
 // A converted stoker dataset (prefix, manifest.json or one .stk shard), read by sample index.
 // skip_corrupt: leave corrupt records out (counted by the format layer) instead of failing.
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                bool skip_corrupt = false);
+                                                                 bool skip_corrupt = false);
 
 // TFRecord (tar = false) or WebDataset tar (tar = true) files, one shard per URL.
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                              bool tar, bool skip_corrupt = false);
+                                                               bool tar, bool skip_corrupt = false);
 
 }  // namespace stoker::data

@@ -2,9 +2,8 @@
 // is run for a few elements (sources are limited to small ranges so runs stay short).
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "stoker/data/pipeline.h"
 

@@ -26,11 +26,16 @@ UninitBuffer::UninitBuffer(size_t size) : size_(size) {
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return "uint8";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kFloat32: return "float32";
-    case DType::kBytes: return "bytes";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBytes:
+      return "bytes";
   }
   return "?";
 }
@@ -44,11 +49,16 @@ std::optional<DType> DTypeFromName(std::string_view name) {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kUint8: return 1;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kFloat32: return 4;
-    case DType::kBytes: return 1;
+    case DType::kUint8:
+      return 1;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat32:
+      return 4;
+    case DType::kBytes:
+      return 1;
   }
   return 1;
 }
@@ -109,11 +119,25 @@ absl::StatusOr<int64_t> ScalarAsInt(const Tensor& t) {
     return absl::InvalidArgumentError(StrCat("expected a scalar, got shape ", t.ShapeString()));
   }
   switch (t.dtype) {
-    case DType::kUint8: return t.values<uint8_t>()[0];
-    case DType::kInt32: { int32_t v; std::memcpy(&v, t.data.data(), 4); return v; }
-    case DType::kInt64: { int64_t v; std::memcpy(&v, t.data.data(), 8); return v; }
-    case DType::kFloat32: { float v; std::memcpy(&v, t.data.data(), 4); return static_cast<int64_t>(v); }
-    default: break;
+    case DType::kUint8:
+      return t.values<uint8_t>()[0];
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, t.data.data(), 4);
+      return v;
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, t.data.data(), 8);
+      return v;
+    }
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, t.data.data(), 4);
+      return static_cast<int64_t>(v);
+    }
+    default:
+      break;
   }
   return absl::InvalidArgumentError("not a number");
 }

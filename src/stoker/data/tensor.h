@@ -58,7 +58,7 @@ struct Tensor {
   std::vector<int64_t> shape;  // empty for a scalar
   Buffer data;
 
-  int64_t NumValues() const;  // product of shape (1 for a scalar)
+  int64_t NumValues() const;        // product of shape (1 for a scalar)
   std::string ShapeString() const;  // "[224,224,3]"
 
   static Tensor Bytes(Buffer bytes) { return Tensor{DType::kBytes, {}, std::move(bytes)}; }

@@ -13,11 +13,10 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "stoker/data/params.h"
@@ -57,9 +56,10 @@ struct TransformRegistrar {
 // STOKER_REGISTER_TRANSFORM(name, Class): registers `Class` (a Transform with a constructor
 // `Class(stoker::data::ParamReader&)` that reads its parameters) as op `name` when the library
 // containing this line is loaded.
-#define STOKER_REGISTER_TRANSFORM(name, Class)                                         \
-  static ::stoker::data::internal::TransformRegistrar stoker_registrar_##Class(        \
-      name, [](::stoker::data::ParamReader& params)                                    \
-                -> ::absl::StatusOr<std::unique_ptr<::stoker::data::Transform>> {      \
-        return std::unique_ptr<::stoker::data::Transform>(new Class(params));          \
+#define STOKER_REGISTER_TRANSFORM(name, Class)                                  \
+  static ::stoker::data::internal::TransformRegistrar stoker_registrar_##Class( \
+      name,                                                                     \
+      [](::stoker::data::ParamReader& params)                                   \
+          -> ::absl::StatusOr<std::unique_ptr<::stoker::data::Transform>> {     \
+        return std::unique_ptr<::stoker::data::Transform>(new Class(params));   \
       })

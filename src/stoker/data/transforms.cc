@@ -66,8 +66,9 @@ class Resize : public Transform {
     p.Raw("size");  // both are known fields, whichever is given
     p.Raw("shorter_side");
     if (p.Has("size") == p.Has("shorter_side")) {
-      p.Fail("size", "resize needs exactly one of \"size\" ([height, width]) and "
-                     "\"shorter_side\" (an integer)");
+      p.Fail("size",
+             "resize needs exactly one of \"size\" ([height, width]) and "
+             "\"shorter_side\" (an integer)");
     } else if (p.Has("size")) {
       size_ = p.Size("size");
     } else {
@@ -80,8 +81,8 @@ class Resize : public Transform {
     const int64_t h = t->shape[0], w = t->shape[1];
     std::pair<int, int> out = size_;
     if (shorter_side_ > 0) {
-      out = h <= w ? std::make_pair(shorter_side_, static_cast<int>(std::lround(
-                                                       double(w) * shorter_side_ / h)))
+      out = h <= w ? std::make_pair(shorter_side_,
+                                    static_cast<int>(std::lround(double(w) * shorter_side_ / h)))
                    : std::make_pair(static_cast<int>(std::lround(double(h) * shorter_side_ / w)),
                                     shorter_side_);
     }
@@ -103,9 +104,9 @@ class CenterCrop : public Transform {
     RETURN_IF_ERROR(CheckImage(*t, field_));
     int h = static_cast<int>(t->shape[0]), w = static_cast<int>(t->shape[1]);
     if (size_.first > h || size_.second > w) {
-      return absl::InvalidArgumentError(
-          StrCat("center_crop ", size_.first, "x", size_.second, " is larger than the ", h, "x", w,
-                 " image in field '", field_, "'; resize first"));
+      return absl::InvalidArgumentError(StrCat("center_crop ", size_.first, "x", size_.second,
+                                               " is larger than the ", h, "x", w,
+                                               " image in field '", field_, "'; resize first"));
     }
     e.fields[field_] =
         Crop(*t, (w - size_.second) / 2, (h - size_.first) / 2, size_.second, size_.first);
@@ -187,7 +188,8 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     std::optional<ImageSize> full = JpegSize(bytes.data);
     if (!full || !crop_.dct_scale()) {
       ASSIGN_OR_RETURN(Tensor image, DecodeImage(bytes.data, channels_));
-      Rect r = crop_.PickRect(static_cast<int>(image.shape[1]), static_cast<int>(image.shape[0]), rng);
+      Rect r =
+          crop_.PickRect(static_cast<int>(image.shape[1]), static_cast<int>(image.shape[0]), rng);
       return CropResize(image, r.x, r.y, r.w, r.h, out_h, out_w);
     }
     Rect r = crop_.PickRect(full->width, full->height, rng);
@@ -223,9 +225,9 @@ class Flip : public Transform {
   Result Apply(Element e, Rng& rng) const override {
     ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
     if (t->dtype == DType::kBytes || t->shape.size() < 2 || t->shape.size() > 3) {
-      return absl::InvalidArgumentError(StrCat("flip: field '", field_,
-                                                "' must be an image [height, width(, channels)], got ",
-                                                DTypeName(t->dtype), " ", t->ShapeString()));
+      return absl::InvalidArgumentError(
+          StrCat("flip: field '", field_, "' must be an image [height, width(, channels)], got ",
+                 DTypeName(t->dtype), " ", t->ShapeString()));
     }
     if (rng.Uniform() >= p_) return e;
     const int64_t h = t->shape[0], w = t->shape[1];
@@ -238,7 +240,8 @@ class Flip : public Transform {
       if (vertical_) {
         std::memcpy(dst, row, w * pixel);
       } else {
-        for (int64_t x = 0; x < w; ++x) std::memcpy(dst + x * pixel, row + (w - 1 - x) * pixel, pixel);
+        for (int64_t x = 0; x < w; ++x)
+          std::memcpy(dst + x * pixel, row + (w - 1 - x) * pixel, pixel);
       }
     }
     e.fields[field_] = Tensor{t->dtype, t->shape, std::move(out).Finish()};
@@ -263,16 +266,16 @@ class Normalize : public Transform {
     ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
     if ((t->dtype != DType::kUint8 && t->dtype != DType::kFloat32) || t->shape.size() != 3) {
       return absl::InvalidArgumentError(StrCat("normalize: field '", field_,
-                                                "' must be an image [height, width, channels] "
-                                                "of uint8 or float32, got ",
-                                                DTypeName(t->dtype), " ", t->ShapeString()));
+                                               "' must be an image [height, width, channels] "
+                                               "of uint8 or float32, got ",
+                                               DTypeName(t->dtype), " ", t->ShapeString()));
     }
     const int64_t h = t->shape[0], w = t->shape[1], c = t->shape[2];
     if ((mean_.size() != 1 && static_cast<int64_t>(mean_.size()) != c) ||
         (std_.size() != 1 && static_cast<int64_t>(std_.size()) != c)) {
       return absl::InvalidArgumentError(StrCat("normalize: field '", field_, "' has ", c,
-                                                " channels but mean/std have ", mean_.size(), "/",
-                                                std_.size(), " values"));
+                                               " channels but mean/std have ", mean_.size(), "/",
+                                               std_.size(), " values"));
     }
     // out = (x * scale - mean) / std = x * a + b
     std::vector<float> a(c), b(c);
@@ -333,11 +336,20 @@ void Convert(const uint8_t* src, uint8_t* dst, int64_t n) {
 template <typename From>
 void ConvertFrom(DType to, const uint8_t* src, uint8_t* dst, int64_t n) {
   switch (to) {
-    case DType::kUint8: Convert<From, uint8_t>(src, dst, n); break;
-    case DType::kInt32: Convert<From, int32_t>(src, dst, n); break;
-    case DType::kInt64: Convert<From, int64_t>(src, dst, n); break;
-    case DType::kFloat32: Convert<From, float>(src, dst, n); break;
-    case DType::kBytes: break;
+    case DType::kUint8:
+      Convert<From, uint8_t>(src, dst, n);
+      break;
+    case DType::kInt32:
+      Convert<From, int32_t>(src, dst, n);
+      break;
+    case DType::kInt64:
+      Convert<From, int64_t>(src, dst, n);
+      break;
+    case DType::kFloat32:
+      Convert<From, float>(src, dst, n);
+      break;
+    case DType::kBytes:
+      break;
   }
 }
 
@@ -368,11 +380,20 @@ class Cast : public Transform {
       int64_t n = t->NumValues();
       UninitBuffer buf(n * DTypeSize(to_));
       switch (t->dtype) {
-        case DType::kUint8: ConvertFrom<uint8_t>(to_, t->data.data(), buf.data(), n); break;
-        case DType::kInt32: ConvertFrom<int32_t>(to_, t->data.data(), buf.data(), n); break;
-        case DType::kInt64: ConvertFrom<int64_t>(to_, t->data.data(), buf.data(), n); break;
-        case DType::kFloat32: ConvertFrom<float>(to_, t->data.data(), buf.data(), n); break;
-        case DType::kBytes: break;
+        case DType::kUint8:
+          ConvertFrom<uint8_t>(to_, t->data.data(), buf.data(), n);
+          break;
+        case DType::kInt32:
+          ConvertFrom<int32_t>(to_, t->data.data(), buf.data(), n);
+          break;
+        case DType::kInt64:
+          ConvertFrom<int64_t>(to_, t->data.data(), buf.data(), n);
+          break;
+        case DType::kFloat32:
+          ConvertFrom<float>(to_, t->data.data(), buf.data(), n);
+          break;
+        case DType::kBytes:
+          break;
       }
       out = Tensor{to_, t->shape, std::move(buf).Finish()};
     }
@@ -397,8 +418,9 @@ class Filter : public Transform {
     min_length_ = p.Int("min_length", 0, 0);
     max_length_ = p.Int("max_length", INT64_MAX, 0);
     if (!values_ && !p.Has("min_length") && !p.Has("max_length")) {
-      p.Fail("in", "filter needs a condition: \"in\" (values to keep), \"min_length\" or "
-                   "\"max_length\"");
+      p.Fail("in",
+             "filter needs a condition: \"in\" (values to keep), \"min_length\" or "
+             "\"max_length\"");
     }
   }
   Result Apply(Element e, Rng&) const override {
@@ -528,7 +550,7 @@ void RegisterBuiltinTransforms() {
 }
 
 absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
-                                                                      ParamReader& crop) {
+                                                                       ParamReader& crop) {
   return std::unique_ptr<Transform>(new DecodeRandomResizedCrop(decode, crop));
 }
 

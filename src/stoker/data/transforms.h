@@ -15,10 +15,11 @@ namespace stoker::data {
 // Registers the built-in transforms (idempotent, thread-safe).
 void RegisterBuiltinTransforms();
 
-// decode_image immediately followed by random_resized_crop on the same field: decodes JPEGs at
-// the smallest DCT scale that still covers the crop at the output size. `decode` and `crop` are
+// decode_image immediately followed by random_resized_crop on the same field: decodes only the
+// JPEG region under the crop, at a reduced DCT scale (1/2, 1/4, 1/8) when the crop still has the
+// output's pixels at it. `decode` and `crop` are
 // the two ops' spec objects; the crop's randomness is used.
 absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
-                                                                      ParamReader& crop);
+                                                                       ParamReader& crop);
 
 }  // namespace stoker::data

@@ -155,7 +155,9 @@ TEST(Normalize, FloatHwcAndChw) {
   RegisterImages();
   json ops = {{{"op", "decode_image"}, {"field", "jpg"}},
               {{"op", "center_crop"}, {"field", "jpg"}, {"size", 4}},
-              {{"op", "normalize"}, {"field", "jpg"}, {"mean", {0.5, 0.5, 0.5}},
+              {{"op", "normalize"},
+               {"field", "jpg"},
+               {"mean", {0.5, 0.5, 0.5}},
                {"std", {0.25, 0.25, 0.25}}}};
   auto hwc = RunAll(ImageSpec(ops));
   ops[1 + 1]["layout"] = "CHW";
@@ -179,13 +181,14 @@ TEST(Cast, TextLabelsAndNumbers) {
 
 TEST(ImagePipeline, BatchesOfNormalizedCrops) {
   RegisterImages();
-  auto out = RunAll(ImageSpec({{{"op", "decode_image"}, {"field", "jpg"}},
-                               {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {24, 32}}},
-                               {{"op", "flip"}, {"field", "jpg"}},
-                               {{"op", "normalize"}, {"field", "jpg"}, {"layout", "CHW"}},
-                               {{"op", "cast"}, {"field", "cls"}, {"to", "int64"}},
-                               {{"op", "batch"}, {"size", 4}}}),
-                    2);
+  auto out =
+      RunAll(ImageSpec({{{"op", "decode_image"}, {"field", "jpg"}},
+                        {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {24, 32}}},
+                        {{"op", "flip"}, {"field", "jpg"}},
+                        {{"op", "normalize"}, {"field", "jpg"}, {"layout", "CHW"}},
+                        {{"op", "cast"}, {"field", "cls"}, {"to", "int64"}},
+                        {{"op", "batch"}, {"size", 4}}}),
+             2);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].fields.at("jpg").shape, (std::vector<int64_t>{4, 3, 24, 32}));
   EXPECT_EQ(out[0].fields.at("cls").shape, (std::vector<int64_t>{4}));
