@@ -17,8 +17,8 @@ void RegisterBuiltinTransforms();
 
 // decode_image immediately followed by random_resized_crop on the same field: decodes only the
 // JPEG region under the crop, at a reduced DCT scale (1/2, 1/4, 1/8) when the crop still has the
-// output's pixels at it. `decode` and `crop` are
-// the two ops' spec objects; the crop's randomness is used.
+// output's pixels at it. `decode` and `crop` are the two ops' spec objects; the crop's
+// randomness is used.
 absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
                                                                        ParamReader& crop);
 
