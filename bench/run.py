@@ -17,6 +17,7 @@ def main():
     parser.add_argument("suites", nargs="*", help="suite names (default: all)")
     args = parser.parse_args()
     suite_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suites")
+    sys.path.insert(0, suite_dir)  # suites may share helpers (e.g. object_store.S3fsMount)
     names = args.suites or sorted(f[:-3] for f in os.listdir(suite_dir)
                                   if f.endswith(".py") and not f.startswith("_"))
     ctx = lib.Context(args.build, args.repeat)

@@ -1,0 +1,97 @@
+// stoker-bench-samples DATASET_URL MODE BATCHES BATCH_SIZE SEED: reads BATCHES random-order
+// minibatches of BATCH_SIZE samples from a stoker dataset and prints one JSON line
+// {"samples", "bytes", "seconds", "requests"}. The indices are the first BATCHES * BATCH_SIZE of a
+// permutation of the dataset fixed by SEED. MODE:
+//   batched     one Dataset::ReadSamples call per minibatch (grouped by shard, coalesced)
+//   per-sample  one read per sample, 16 in flight at a time (the same bytes, no batching)
+// Used by bench/suites/format.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/synchronization/mutex.h"
+#include "stoker/format/dataset.h"
+#include "stoker/io/http/http_transport.h"
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s DATASET_URL batched|per-sample BATCHES BATCH_SIZE SEED\n",
+                 argv[0]);
+    return 2;
+  }
+  std::string mode = argv[2];
+  uint64_t batches = std::stoull(argv[3]), batch_size = std::stoull(argv[4]);
+  auto ds = stoker::format::Dataset::Open(argv[1]);
+  if (!ds.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(ds.status().message()).c_str());
+    return 1;
+  }
+  std::vector<uint64_t> order((*ds)->size());
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(std::stoull(argv[5])));
+  order.resize(std::min<uint64_t>(order.size(), batches * batch_size));
+
+  uint64_t samples = 0, bytes = 0;
+  auto count = [&](const std::vector<stoker::format::Sample>& got) {
+    for (const auto& s : got) {
+      ++samples;
+      for (const auto& field : s.fields) bytes += field.value.size();
+    }
+  };
+  uint64_t requests_before = stoker::io::HttpTransport::Default().stats().requests_sent;
+  auto start = std::chrono::steady_clock::now();
+  if (mode == "batched") {
+    for (size_t first = 0; first < order.size(); first += batch_size) {
+      size_t n = std::min<size_t>(batch_size, order.size() - first);
+      auto got = (*ds)->ReadSamples(std::span<const uint64_t>(order.data() + first, n));
+      if (!got.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(got.status().message()).c_str());
+        return 1;
+      }
+      count(*got);
+    }
+  } else if (mode == "per-sample") {
+    absl::Mutex mu;
+    int in_flight = 0;
+    absl::Status error;
+    for (uint64_t index : order) {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(+[](int* n) { return *n < 16; }, &in_flight));
+      ++in_flight;
+      mu.Unlock();
+      (*ds)->ReadSamplesAsync(std::vector<uint64_t>{index},
+                              [&](absl::StatusOr<std::vector<stoker::format::Sample>> got) {
+                                absl::MutexLock inner(&mu);
+                                --in_flight;
+                                if (got.ok()) {
+                                  count(*got);
+                                } else if (error.ok()) {
+                                  error = got.status();
+                                }
+                              });
+      mu.Lock();
+    }
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(+[](int* n) { return *n == 0; }, &in_flight));
+    if (!error.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(error.message()).c_str());
+      return 1;
+    }
+  } else {
+    std::fprintf(stderr, "unknown mode '%s' (batched or per-sample)\n", mode.c_str());
+    return 2;
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json out = {
+      {"samples", samples},
+      {"bytes", bytes},
+      {"seconds", seconds},
+      {"requests", stoker::io::HttpTransport::Default().stats().requests_sent - requests_before}};
+  std::printf("%s\n", out.dump().c_str());
+  return samples == order.size() ? 0 : 1;
+}
