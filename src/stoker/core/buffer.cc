@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace stoker {
 
@@ -41,17 +42,14 @@ Buffer Buffer::Slice(size_t offset, size_t length) const {
 }
 
 MutableBuffer::MutableBuffer(size_t size)
-    : storage_(std::make_shared<std::vector<uint8_t>>()) {
-  // Uninitialised would be cheaper, but vector value-initialises; a later change can use a raw
-  // allocation if this shows up in profiles.
-  storage_->resize(size);
-}
+    : storage_(new uint8_t[size]),  // default-initialised: no zero-fill
+      size_(size) {}
 
 Buffer MutableBuffer::Finish() && {
-  auto storage = std::move(storage_);
-  const uint8_t* data = storage->data();
-  size_t size = storage->size();
-  return Buffer::Wrap(std::shared_ptr<const void>(std::move(storage)), data, size);
+  std::shared_ptr<const uint8_t[]> owner(storage_.release());
+  size_t size = std::exchange(size_, 0);
+  const uint8_t* data = owner.get();
+  return Buffer::Wrap(std::shared_ptr<const void>(owner, data), data, size);
 }
 
 }  // namespace stoker

@@ -6,6 +6,7 @@
 // concurrently (the shared storage is read-only once built).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,21 +55,23 @@ class Buffer {
   size_t size_ = 0;
 };
 
-// MutableBuffer: a fixed-size writable allocation that becomes a Buffer when done. Not thread-safe
-// while being filled.
+// MutableBuffer: a fixed-size writable allocation that becomes a Buffer when done. The bytes start
+// uninitialised (no zero-fill pass: readers overwrite them anyway). Not thread-safe while being
+// filled.
 class MutableBuffer {
  public:
   explicit MutableBuffer(size_t size);
-  uint8_t* data() { return storage_->data(); }
-  char* chars() { return reinterpret_cast<char*>(storage_->data()); }
-  size_t size() const { return storage_->size(); }
+  uint8_t* data() { return storage_.get(); }
+  char* chars() { return reinterpret_cast<char*>(storage_.get()); }
+  size_t size() const { return size_; }
   // Shrinks the logical size (for a read that returned fewer bytes than allocated).
-  void Truncate(size_t size) { storage_->resize(size); }
+  void Truncate(size_t size) { size_ = std::min(size, size_); }
   // Gives up the storage; this object is empty afterwards.
   Buffer Finish() &&;
 
  private:
-  std::shared_ptr<std::vector<uint8_t>> storage_;
+  std::unique_ptr<uint8_t[]> storage_;
+  size_t size_;
 };
 
 }  // namespace stoker
