@@ -1,0 +1,319 @@
+// stoker._stoker: the pybind11 binding under the `stoker` Python package (docs/python.md).
+//
+// What crosses the boundary:
+//   - Pipeline: a compiled spec (stoker::data::Pipeline); immutable, shareable across threads.
+//   - Iterator: a PipelineIterator; next() releases the GIL while C++ produces the element, then
+//     returns a dict of numpy arrays whose memory is the element's stoker::Buffer (no copy). Each
+//     array's `base` is a Buffer object holding a reference to those bytes, so an array stays valid
+//     after the iterator is gone.
+//   - open/ls helpers over the object-store layer (io::OpenUrl).
+// Errors: a failed absl::Status becomes a Python exception carrying its message
+// (InvalidArgument → ValueError, NotFound → FileNotFoundError, PermissionDenied → PermissionError,
+// anything else → stoker.StokerError).
+//
+// Thread safety: an Iterator is used by one Python thread at a time (pybind11 holds no lock for it;
+// Python code must not call next() on the same iterator from two threads at once). Pipeline,
+// Buffer and File are safe to share.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/numpy.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "stoker/core/buffer.h"
+#include "stoker/data/pipeline.h"
+#include "stoker/data/tensor.h"
+#include "stoker/io/object_store.h"
+#include "stoker/io/url.h"
+
+namespace py = pybind11;
+
+namespace stoker::python {
+namespace {
+
+// stoker.StokerError, created at module init and kept for the life of the process.
+py::object* stoker_error_storage = nullptr;
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  PyObject* type = stoker_error_storage->ptr();
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      type = PyExc_ValueError;
+      break;
+    case absl::StatusCode::kNotFound:
+      type = PyExc_FileNotFoundError;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      type = PyExc_PermissionError;
+      break;
+    default:
+      break;
+  }
+  PyErr_SetString(type, std::string(status.message()).c_str());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T ValueOrRaise(absl::StatusOr<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return *std::move(result);
+}
+
+// The Python face of a stoker::Buffer: read-only bytes exposed through the buffer protocol.
+struct PyBuffer {
+  Buffer buffer;
+};
+
+py::dtype NumpyDType(data::DType dtype) {
+  switch (dtype) {
+    case data::DType::kUint8:
+    case data::DType::kBytes:
+      return py::dtype::of<uint8_t>();
+    case data::DType::kInt32:
+      return py::dtype::of<int32_t>();
+    case data::DType::kInt64:
+      return py::dtype::of<int64_t>();
+    case data::DType::kFloat32:
+      return py::dtype::of<float>();
+  }
+  return py::dtype::of<uint8_t>();
+}
+
+// A read-only numpy view of `tensor`'s bytes whose base is a Buffer object owning a reference.
+py::array TensorToArray(const data::Tensor& tensor) {
+  std::vector<py::ssize_t> shape(tensor.shape.begin(), tensor.shape.end());
+  if (tensor.dtype == data::DType::kBytes) shape = {static_cast<py::ssize_t>(tensor.data.size())};
+  py::object base = py::cast(PyBuffer{tensor.data});
+  py::array array(NumpyDType(tensor.dtype), shape, tensor.data.data(), base);
+  py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return array;
+}
+
+py::dict ElementToDict(const data::Element& element) {
+  py::dict out;
+  for (const auto& [name, tensor] : element.fields) out[py::str(name)] = TensorToArray(tensor);
+  py::list keys;
+  for (const std::string& key : element.keys) keys.append(py::str(key));
+  out["__keys__"] = keys;
+  return out;
+}
+
+class Iterator {
+ public:
+  explicit Iterator(std::unique_ptr<data::PipelineIterator> it) : it_(std::move(it)) {}
+
+  py::dict Next() {
+    if (it_ == nullptr) throw py::stop_iteration();
+    absl::StatusOr<std::optional<data::Element>> next;
+    {
+      py::gil_scoped_release release;
+      next = it_->GetNext();
+    }
+    if (!next.ok()) Raise(next.status());
+    if (!next->has_value()) throw py::stop_iteration();
+    return ElementToDict(**next);
+  }
+
+  std::string Save() {
+    py::gil_scoped_release release;
+    return ValueOrRaise(it_->Save());
+  }
+
+  void Restore(const std::string& token) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = it_->Restore(token);
+    }
+    if (!status.ok()) Raise(status);
+  }
+
+  int64_t epoch() const { return it_->epoch(); }
+
+ private:
+  std::unique_ptr<data::PipelineIterator> it_;
+};
+
+// Hands the source one contiguous range of positions: this rank's share of the epoch order.
+class RangeSplits : public data::SplitProvider {
+ public:
+  RangeSplits(int64_t begin, int64_t end) {
+    split_.begin = begin;
+    split_.end = end;
+  }
+  absl::StatusOr<std::optional<data::Split>> GetNext() override {
+    if (done_) return std::nullopt;
+    done_ = true;
+    return split_;
+  }
+
+ private:
+  data::Split split_;
+  bool done_ = false;
+};
+
+// An Iterator that owns its split provider (declared first so it outlives the iterator).
+class ShardedIterator : public Iterator {
+ public:
+  ShardedIterator(std::unique_ptr<RangeSplits> splits, std::unique_ptr<data::PipelineIterator> it)
+      : Iterator(std::move(it)), splits_(std::move(splits)) {}
+
+ private:
+  std::unique_ptr<RangeSplits> splits_;
+};
+
+class File {
+ public:
+  explicit File(const std::string& url) : url_(url) {
+    target_ = ValueOrRaise(io::OpenUrl(url));
+    absl::StatusOr<io::ObjectInfo> info;
+    {
+      py::gil_scoped_release release;
+      info = target_.store->Stat(target_.key);
+    }
+    size_ = ValueOrRaise(std::move(info)).size;
+  }
+  uint64_t size() const { return size_; }
+  const std::string& url() const { return url_; }
+
+  // Bytes [offset, offset + length) clipped to the object's end, as a Buffer (no copy).
+  PyBuffer ReadRange(uint64_t offset, uint64_t length) {
+    if (offset >= size_ || length == 0) return PyBuffer{};
+    length = std::min<uint64_t>(length, size_ - offset);
+    absl::StatusOr<Buffer> bytes;
+    {
+      py::gil_scoped_release release;
+      bytes = target_.store->Read(target_.key, io::ByteRange{offset, length});
+    }
+    return PyBuffer{ValueOrRaise(std::move(bytes))};
+  }
+
+ private:
+  std::string url_;
+  io::StoreAndKey target_;
+  uint64_t size_ = 0;
+};
+
+py::list Ls(const std::string& url, bool recursive) {
+  io::StoreAndKey target = ValueOrRaise(io::OpenUrl(url));
+  py::list out;
+  auto entry = [&](const std::string& entry_url, std::optional<uint64_t> size,
+                   std::optional<double> mtime) {
+    py::dict d;
+    d["url"] = entry_url;
+    d["size"] = size ? py::cast(*size) : py::none();
+    d["mtime"] = mtime ? py::cast(*mtime) : py::none();
+    d["is_dir"] = !size.has_value();
+    out.append(d);
+  };
+  std::string prefix = target.key;
+  absl::StatusOr<io::ListResult> listing;
+  {
+    py::gil_scoped_release release;
+    // A URL naming one object lists that object; otherwise the "folder" below it.
+    if (!prefix.empty() && !prefix.ends_with("/")) {
+      absl::StatusOr<io::ObjectInfo> info = target.store->Stat(prefix);
+      if (info.ok()) {
+        listing = io::ListResult{};
+        listing->objects.push_back(*info);
+      } else {
+        prefix += "/";
+      }
+    }
+    if (!listing.ok()) listing = target.store->List({prefix, recursive ? "" : "/", 0});
+  }
+  io::ListResult result = ValueOrRaise(std::move(listing));
+  for (const std::string& folder : result.common_prefixes) {
+    entry(target.store->Url(folder), std::nullopt, std::nullopt);
+  }
+  for (const io::ObjectInfo& info : result.objects) {
+    entry(target.store->Url(info.key), info.size, absl::ToDoubleSeconds(info.mtime - absl::UnixEpoch()));
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace stoker::python
+
+using namespace stoker;
+using namespace stoker::python;
+
+PYBIND11_MODULE(_stoker, m) {
+  m.doc() = "stoker's C++ core; use the `stoker` package instead (docs/python.md)";
+  stoker_error_storage = new py::object(py::exception<std::runtime_error>(m, "StokerError", PyExc_RuntimeError));
+
+  py::class_<PyBuffer>(m, "Buffer", py::buffer_protocol(),
+                       "Read-only bytes owned by stoker; numpy arrays from stoker keep one as base")
+      .def_buffer([](PyBuffer& b) {
+        return py::buffer_info(const_cast<uint8_t*>(b.buffer.data()), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.buffer.size())}, {1}, /*readonly=*/true);
+      })
+      .def("__len__", [](const PyBuffer& b) { return b.buffer.size(); })
+      .def("address", [](const PyBuffer& b) { return reinterpret_cast<uintptr_t>(b.buffer.data()); },
+           "address of the first byte (for tests that check arrays share memory)");
+
+  py::class_<Iterator>(m, "Iterator")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &Iterator::Next)
+      .def("save", &Iterator::Save, "opaque checkpoint token (needs a deterministic pipeline)")
+      .def("restore", &Iterator::Restore, py::arg("token"))
+      .def_property_readonly("epoch", &Iterator::epoch);
+  py::class_<ShardedIterator, Iterator>(m, "ShardedIterator");
+
+  py::class_<data::Pipeline, std::shared_ptr<data::Pipeline>>(m, "Pipeline")
+      .def_static(
+          "from_json",
+          [](const std::string& text) {
+            absl::StatusOr<std::shared_ptr<const data::Pipeline>> p;
+            {
+              py::gil_scoped_release release;
+              p = data::Pipeline::FromString(text);
+            }
+            // pybind11 holders cannot be const; the object is never mutated through it.
+            return std::const_pointer_cast<data::Pipeline>(ValueOrRaise(std::move(p)));
+          },
+          py::arg("text"))
+      .def_property_readonly("fingerprint", &data::Pipeline::fingerprint)
+      .def_property_readonly("spec_json", [](const data::Pipeline& p) { return p.spec().dump(); })
+      .def_property_readonly("deterministic", &data::Pipeline::deterministic)
+      .def_property_readonly("cardinality", &data::Pipeline::Cardinality)
+      .def_property_readonly("source_size", &data::Pipeline::source_size)
+      .def(
+          "make_iterator",
+          [](const data::Pipeline& p, int64_t epoch, int threads, int rank,
+             int world_size) -> std::unique_ptr<Iterator> {
+            if (world_size < 1 || rank < 0 || rank >= world_size) {
+              throw py::value_error("rank must be in [0, world_size) and world_size >= 1");
+            }
+            py::gil_scoped_release release;
+            if (world_size == 1) return std::make_unique<Iterator>(p.MakeIterator(epoch, threads));
+            std::optional<int64_t> n = p.source_size();
+            if (!n) {
+              py::gil_scoped_acquire acquire;
+              throw py::value_error(
+                  "world_size > 1 needs an indexed source ({\"dataset\": URL}, range or memory); "
+                  "streams (tar, tfrecord) cannot be split by rank in-process");
+            }
+            auto splits = std::make_unique<RangeSplits>(*n * rank / world_size,
+                                                        *n * (rank + 1) / world_size);
+            auto it = p.MakeIterator(epoch, threads, splits.get());
+            return std::make_unique<ShardedIterator>(std::move(splits), std::move(it));
+          },
+          py::arg("epoch") = 0, py::arg("threads") = 0, py::arg("rank") = 0,
+          py::arg("world_size") = 1);
+
+  py::class_<File>(m, "File")
+      .def(py::init<const std::string&>(), py::arg("url"))
+      .def_property_readonly("size", &File::size)
+      .def_property_readonly("url", &File::url)
+      .def("read_range", &File::ReadRange, py::arg("offset"), py::arg("length"));
+
+  m.def("ls", &Ls, py::arg("url"), py::arg("recursive") = false);
+}

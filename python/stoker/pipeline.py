@@ -1,0 +1,229 @@
+"""Pipeline: a JSON spec (docs/pipeline.md), built from a dict, a file or the op builder, and run
+in-process by stoker's C++ engine.
+
+A Pipeline is immutable: every builder method returns a new Pipeline with one more op, so partial
+pipelines can be shared. The spec is compiled (validated) on first use, or at once by from_spec.
+Thread safety: a Pipeline may be shared between threads; an Iterator is used by one thread at a time.
+"""
+import copy
+import json
+import os
+
+from . import _stoker
+
+
+class Pipeline:
+    def __init__(self, spec):
+        if not isinstance(spec, dict):
+            raise TypeError(f"a pipeline spec is a dict, got {type(spec).__name__}")
+        self._spec = spec
+        self._compiled = None
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, spec):
+        """A Pipeline from a spec dict, a path to a JSON file, or JSON text; validated now
+        (ValueError naming the JSON path, e.g. "$.ops[2].size", for a bad spec)."""
+        if isinstance(spec, (str, os.PathLike)):
+            text = str(spec)
+            if not text.lstrip().startswith("{"):
+                with __import__("builtins").open(text, encoding="utf-8") as f:
+                    text = f.read()
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"pipeline spec is not valid JSON: {e}") from None
+        pipe = cls(copy.deepcopy(spec))
+        pipe._compile()
+        return pipe
+
+    @property
+    def spec(self):
+        """The JSON spec (a copy) — the same spec runs with `stoker run SPEC.json` or the service."""
+        return copy.deepcopy(self._spec)
+
+    def to_json(self, indent=None):
+        return json.dumps(self._spec, indent=indent)
+
+    def with_options(self, **options):
+        """Top-level spec keys: seed, deterministic, threads, memory_budget_mb, plugins."""
+        spec = copy.deepcopy(self._spec)
+        spec.update(options)
+        return Pipeline(spec)
+
+    def op(self, name, **params):
+        """Appends any op (including plugin ops) by name."""
+        spec = copy.deepcopy(self._spec)
+        spec.setdefault("ops", []).append({"op": name, **params})
+        return Pipeline(spec)
+
+    # The builder mirrors the ops of docs/pipeline.md; parameters keep their spec names.
+    def shuffle(self, seed=None, buffer=None, reshuffle_each_epoch=None):
+        return self.op("shuffle", **_given(seed=seed, buffer=buffer,
+                                           reshuffle_each_epoch=reshuffle_each_epoch))
+
+    def decode_image(self, field, channels=None, on_error=None):
+        return self.op("decode_image", field=field, **_given(channels=channels, on_error=on_error))
+
+    def resize(self, field, size=None, shorter_side=None):
+        return self.op("resize", field=field, **_given(size=size, shorter_side=shorter_side))
+
+    def center_crop(self, field, size):
+        return self.op("center_crop", field=field, size=size)
+
+    def random_resized_crop(self, field, size, scale=None, ratio=None, dct_scale=None):
+        return self.op("random_resized_crop", field=field, size=size,
+                       **_given(scale=scale, ratio=ratio, dct_scale=dct_scale))
+
+    def flip(self, field, p=None, direction=None):
+        return self.op("flip", field=field, **_given(p=p, direction=direction))
+
+    def normalize(self, field, mean=None, std=None, layout=None, scale=None):
+        return self.op("normalize", field=field,
+                       **_given(mean=mean, std=std, layout=layout, scale=scale))
+
+    def cast(self, field, to):
+        return self.op("cast", field=field, to=to)
+
+    def filter(self, field, **params):
+        return self.op("filter", field=field, **params)
+
+    def map_field(self, rename=None, drop=None, keep=None):
+        return self.op("map_field", **_given(rename=rename, drop=drop, keep=keep))
+
+    def batch(self, size, drop_remainder=None):
+        return self.op("batch", size=size, **_given(drop_remainder=drop_remainder))
+
+    def padded_batch(self, size, drop_remainder=None, padding_value=None):
+        return self.op("padded_batch", size=size,
+                       **_given(drop_remainder=drop_remainder, padding_value=padding_value))
+
+    def bucket_by_length(self, field, boundaries, batch_sizes, **params):
+        return self.op("bucket_by_length", field=field, boundaries=boundaries,
+                       batch_sizes=batch_sizes, **params)
+
+    def repeat(self, count=-1):
+        return self.op("repeat", count=count)
+
+    def take(self, count):
+        return self.op("take", count=count)
+
+    def skip(self, count):
+        return self.op("skip", count=count)
+
+    def prefetch(self, buffer=0):
+        return self.op("prefetch", buffer=buffer)
+
+    def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
+                   deterministic=None):
+        """Runs this pipeline on the stoker service. Not available yet: the Python binding of the
+        service client is not built (docs/python.md, "Service")."""
+        raise NotImplementedError(
+            "Pipeline.distribute: this build has no service client binding; run in-process "
+            "(iterate the pipeline directly) — see docs/python.md")
+
+    # --- running ------------------------------------------------------------------------------
+    def _compile(self):
+        if self._compiled is None:
+            self._compiled = _stoker.Pipeline.from_json(json.dumps(self._spec))
+        return self._compiled
+
+    @property
+    def fingerprint(self):
+        """Stable digest of the spec (what a checkpoint is tied to)."""
+        return self._compile().fingerprint
+
+    @property
+    def cardinality(self):
+        """Elements per epoch when known without running, else None."""
+        return self._compile().cardinality
+
+    @property
+    def source_size(self):
+        """Samples per epoch of an indexed source; None for streams."""
+        return self._compile().source_size
+
+    def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
+        """An Iterator over epoch `epoch`. threads > 0 overrides the spec's CPU pool. With
+        world_size > 1 (indexed sources only) this rank reads positions
+        [rank*N/world_size, (rank+1)*N/world_size) of the epoch's sample order."""
+        compiled = self._compile()
+        return Iterator(compiled.make_iterator(epoch=epoch, threads=threads, rank=rank,
+                                               world_size=world_size), self, epoch)
+
+    def __iter__(self):
+        return self.iterator()
+
+    def __repr__(self):
+        return f"stoker.Pipeline({self.to_json()})"
+
+
+class Iterator:
+    """Yields dicts {field: numpy array, "__keys__": [sample keys]}. Arrays are read-only views of
+    stoker's buffers (arr.base is a stoker.Buffer); they stay valid after the iterator is gone.
+    The GIL is released while C++ produces the next element."""
+
+    def __init__(self, native, pipeline, epoch):
+        self._native = native
+        self._pipeline = pipeline
+        self._epoch = epoch
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._native.__next__()
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def state_dict(self):
+        """The position after the last element returned (needs deterministic: true). Plain data:
+        save it with torch.save / json / pickle."""
+        return {"stoker_token": self._native.save(), "fingerprint": self._pipeline.fingerprint,
+                "epoch": self._epoch}
+
+    def load_state_dict(self, state):
+        """Continues from `state` (from state_dict() of the same pipeline): the following elements
+        are exactly those not yet returned when it was taken."""
+        if state.get("fingerprint") not in (None, self._pipeline.fingerprint):
+            raise ValueError("state_dict belongs to a different pipeline (fingerprint "
+                             f"{state.get('fingerprint')}, this one {self._pipeline.fingerprint})")
+        self._native.restore(state["stoker_token"])
+        self._epoch = state.get("epoch", self._epoch)
+
+
+def _given(**params):
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def from_spec(spec):
+    """Same as Pipeline.from_spec."""
+    return Pipeline.from_spec(spec)
+
+
+def dataset(url, **options):
+    """A pipeline reading a converted stoker dataset (prefix, manifest.json or one .stk shard).
+    options: top-level spec keys (seed, deterministic, threads, ...)."""
+    return Pipeline({"source": {"dataset": str(url)}, "ops": [], **options})
+
+
+def tar(urls, **options):
+    """A pipeline streaming WebDataset .tar files (each file is a shard)."""
+    return Pipeline({"source": {"tar": [str(u) for u in _as_list(urls)]}, "ops": [], **options})
+
+
+def tfrecord(urls, **options):
+    """A pipeline streaming TFRecord files (each file is a shard)."""
+    return Pipeline({"source": {"tfrecord": [str(u) for u in _as_list(urls)]}, "ops": [],
+                     **options})
+
+
+def memory_range(n, **options):
+    """Samples 0..n-1 (key "<i>", field "value" = int64 i): for tests and examples."""
+    return Pipeline({"source": {"range": int(n)}, "ops": [], **options})
+
+
+def _as_list(x):
+    return [x] if isinstance(x, (str, os.PathLike)) else list(x)

@@ -1,0 +1,90 @@
+"""stoker.torch: a PyTorch IterableDataset over a stoker Pipeline.
+
+    ds = stoker.torch.IterableDataset(pipe)          # pipe ends with .batch(n)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+
+stoker batches and parallelises in C++, so the DataLoader must neither batch again
+(batch_size=None) nor fork workers (num_workers=0): workers would each run the whole pipeline and
+copy every batch through shared memory. Tensors come from torch.from_numpy: they share memory with
+stoker's buffers (read-only; don't write into them in place). pin_memory=True copies each batch
+into page-locked memory (one copy) for faster host-to-GPU transfer.
+
+Rank-aware: rank/world_size default to torch.distributed's when it is initialised, else the RANK
+and WORLD_SIZE environment variables, else 0/1; each rank reads its own contiguous share of every
+epoch's sample order (indexed sources).
+Thread safety: one iteration at a time per dataset object (as with a DataLoader).
+"""
+import os
+import warnings
+
+import torch as _torch
+
+from .pipeline import Pipeline
+
+# Arrays from stoker are read-only views; torch warns once about that for from_numpy. The memory is
+# valid and shared as documented above.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
+def _default_rank_world():
+    dist = _torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class IterableDataset(_torch.utils.data.IterableDataset):
+    def __init__(self, pipeline, epoch=0, rank=None, world_size=None, pin_memory=False,
+                 threads=0):
+        super().__init__()
+        if not isinstance(pipeline, Pipeline):
+            pipeline = Pipeline.from_spec(pipeline)
+        default_rank, default_world = _default_rank_world()
+        self.pipeline = pipeline
+        self.rank = default_rank if rank is None else rank
+        self.world_size = default_world if world_size is None else world_size
+        self.pin_memory = pin_memory
+        self.threads = threads
+        self._epoch = epoch
+        self._iterator = None
+        self._pending_state = None
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs (shuffles differ per epoch)."""
+        self._epoch = epoch
+
+    def __iter__(self):
+        if _torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError("stoker.torch.IterableDataset runs its own threads: use "
+                               "DataLoader(ds, batch_size=None, num_workers=0)")
+        it = self.pipeline.iterator(epoch=self._epoch, threads=self.threads, rank=self.rank,
+                                    world_size=self.world_size)
+        if self._pending_state is not None:
+            it.load_state_dict(self._pending_state)
+            self._pending_state = None
+        self._iterator = it
+        for element in it:
+            yield self._to_torch(element)
+
+    def _to_torch(self, element):
+        out = {}
+        for name, value in element.items():
+            if name == "__keys__":
+                out[name] = value
+                continue
+            tensor = _torch.from_numpy(value)
+            if self.pin_memory:
+                tensor = tensor.pin_memory()
+            out[name] = tensor
+        return out
+
+    def state_dict(self):
+        """The position after the last batch yielded by the current iteration (for checkpoints)."""
+        if self._iterator is None:
+            raise RuntimeError("state_dict() before iteration started")
+        return self._iterator.state_dict()
+
+    def load_state_dict(self, state):
+        """The next iteration resumes from `state` (its epoch included)."""
+        self._pending_state = state
+        self._epoch = state.get("epoch", self._epoch)

@@ -1,0 +1,65 @@
+"""The torch adapter and the example (one module: Debian's torch takes seconds to import)."""
+import importlib.util
+import os
+
+import numpy as np
+import torch
+
+import stoker
+import stoker.torch
+from conftest import SOURCE_DIR, image_spec
+
+
+def test_iterable_dataset_with_a_dataloader(shards):
+    pipe = stoker.Pipeline.from_spec(image_spec(shards))
+    ds = stoker.torch.IterableDataset(pipe, rank=0, world_size=1)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    batches = list(loader)
+    reference = list(pipe)
+    assert len(batches) == len(reference) == 8
+    for got, want in zip(batches, reference):
+        assert isinstance(got["jpg"], torch.Tensor) and got["jpg"].dtype == torch.float32
+        assert got["cls"].dtype == torch.int64
+        assert got["__keys__"] == want["__keys__"]
+        np.testing.assert_array_equal(got["jpg"].numpy(), want["jpg"])
+
+
+def test_tensors_share_stokers_memory(shards):
+    pipe = stoker.dataset(shards).decode_image("jpg").center_crop("jpg", 64).batch(4)
+    ds = stoker.torch.IterableDataset(pipe)
+    it = iter(ds)
+    batch = next(it)
+    element = next(iter(pipe))
+    assert batch["jpg"].shape == (4, 64, 64, 3)
+    # The tensor's storage is the numpy view of stoker's buffer (same bytes as a fresh run).
+    np.testing.assert_array_equal(batch["jpg"].numpy(), element["jpg"])
+    array = ds._to_torch(element)["jpg"]
+    assert array.data_ptr() == element["jpg"].ctypes.data
+
+
+def test_ranks_split_the_epoch_and_state_resumes(shards):
+    pipe = stoker.dataset(shards).shuffle(seed=1).map_field(keep=["cls"]).batch(6)
+    ranks = [stoker.torch.IterableDataset(pipe, rank=r, world_size=2) for r in range(2)]
+    keys = [[k for b in ds for k in b["__keys__"]] for ds in ranks]
+    assert len(keys[0]) == len(keys[1]) == 30 and not set(keys[0]) & set(keys[1])
+
+    ds = stoker.torch.IterableDataset(pipe, world_size=1, rank=0)
+    full = [b["__keys__"] for b in ds]
+    it = iter(ds)
+    head = [next(it)["__keys__"] for _ in range(2)]
+    state = ds.state_dict()
+    ds2 = stoker.torch.IterableDataset(pipe, world_size=1, rank=0)
+    ds2.load_state_dict(state)
+    assert head + [b["__keys__"] for b in ds2] == full
+
+
+def test_example_trains_a_few_steps(shards, capsys):
+    path = os.path.join(SOURCE_DIR, "examples", "train_tiny.py")
+    spec = importlib.util.spec_from_file_location("train_tiny", path)
+    train_tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_tiny)
+    loss = train_tiny.main(["--steps", "6", "--log-every", "3", "--batch-size", "8",
+                            "--classes", "3", "--data", shards])
+    out = capsys.readouterr().out
+    assert "images/s" in out and "step 6" in out
+    assert np.isfinite(loss)
