@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -51,8 +51,8 @@ std::string Shell(const std::string& command) {
 
 class MountTest : public testing::S3ServerTest {
  protected:
-  static inline std::string dir_;    // local copies of what was uploaded
-  static inline std::string mnt_;    // the mount of s3://mnt
+  static inline std::string dir_;      // local copies of what was uploaded
+  static inline std::string mnt_;      // the mount of s3://mnt
   static inline std::string mem_mnt_;  // s3://mnt/mem with a 64 MiB cache
   static inline bool ready_ = false;
 
@@ -66,8 +66,8 @@ class MountTest : public testing::S3ServerTest {
     auto dir = testing::MakeTempDir("stoker-mount-test");
     ASSERT_TRUE(dir.ok());
     dir_ = *dir;
-    Shell(StrCat("mkdir -p ", dir_, "/local/many ", dir_, "/local/mem ", dir_,
-                 "/local/dir/nested ", dir_, "/mnt ", dir_, "/memmnt"));
+    Shell(StrCat("mkdir -p ", dir_, "/local/many ", dir_, "/local/mem ", dir_, "/local/dir/nested ",
+                 dir_, "/mnt ", dir_, "/memmnt"));
     Upload();
     if (HasFatalFailure()) return;
     mnt_ = dir_ + "/mnt";
@@ -135,8 +135,12 @@ TEST_F(MountTest, LargeAndSmallFilesAreByteExactThroughCatDdCmpAndPython) {
   std::string py = StrCat(
       "import sys\n"
       "for name in ['big.bin', 'small.txt', 'dir/nested/deep.bin', 'many/f00042.bin']:\n"
-      "    a = open('", mnt_, "/' + name, 'rb').read()\n"
-      "    b = open('", dir_, "/local/' + name, 'rb').read()\n"
+      "    a = open('",
+      mnt_,
+      "/' + name, 'rb').read()\n"
+      "    b = open('",
+      dir_,
+      "/local/' + name, 'rb').read()\n"
       "    assert a == b, name\n"
       "print('ok')\n");
   EXPECT_EQ(Shell(StrCat("python3 -c \"", py, "\"")), "ok\n");
@@ -146,8 +150,12 @@ TEST_F(MountTest, RandomPreadsMatch) {
   std::string py = StrCat(
       "import os, random\n"
       "random.seed(5)\n"
-      "a = os.open('", mnt_, "/big.bin', os.O_RDONLY)\n"
-      "b = open('", dir_, "/local/big.bin', 'rb').read()\n"
+      "a = os.open('",
+      mnt_,
+      "/big.bin', os.O_RDONLY)\n"
+      "b = open('",
+      dir_,
+      "/local/big.bin', 'rb').read()\n"
       "for i in range(300):\n"
       "    off = random.randrange(len(b) + 10)\n"
       "    n = random.choice([1, 100, 4096, 70000, 1 << 20, 3 << 20])\n"
@@ -159,8 +167,8 @@ TEST_F(MountTest, RandomPreadsMatch) {
 TEST_F(MountTest, EightParallelReadersOf2000SmallFiles) {
   // 8 reader processes, 250 files each.
   std::string script = StrCat("cd ", mnt_, "/many && ls | head -2000 | xargs -P 8 -n 250 sh -c ",
-                              "'for f; do cmp \"$f\" ", dir_, "/local/many/\"$f\" || exit 1; done' _",
-                              " && echo ok");
+                              "'for f; do cmp \"$f\" ", dir_,
+                              "/local/many/\"$f\" || exit 1; done' _", " && echo ok");
   EXPECT_EQ(Shell(script), "ok\n");
 }
 
@@ -179,8 +187,12 @@ TEST_F(MountTest, LsOfTenThousandObjects) {
 TEST_F(MountTest, WritesAreRefusedWithErofs) {
   std::string py = StrCat(
       "import errno, os\n"
-      "for path, flags in [('", mnt_, "/new.txt', os.O_WRONLY | os.O_CREAT),\n"
-      "                    ('", mnt_, "/small.txt', os.O_RDWR)]:\n"
+      "for path, flags in [('",
+      mnt_,
+      "/new.txt', os.O_WRONLY | os.O_CREAT),\n"
+      "                    ('",
+      mnt_,
+      "/small.txt', os.O_RDWR)]:\n"
       "    try:\n"
       "        os.open(path, flags)\n"
       "        print('opened', path)\n"
@@ -188,7 +200,9 @@ TEST_F(MountTest, WritesAreRefusedWithErofs) {
       "        assert e.errno == errno.EROFS, e\n"
       "for f in [os.mkdir, os.remove]:\n"
       "    try:\n"
-      "        f('", mnt_, "/small.txt')\n"
+      "        f('",
+      mnt_,
+      "/small.txt')\n"
       "    except OSError as e:\n"
       "        assert e.errno in (errno.EROFS, errno.EEXIST), e\n"
       "print('ok')\n");
@@ -200,10 +214,12 @@ TEST_F(MountTest, MemoryBudgetHoldsWith100FilesOpen) {
   // 64 MiB cache; the mount process's peak RSS must stay near the budget, not 100 × read-ahead.
   std::string py = StrCat(
       "import os\n"
-      "fds = [os.open('", mem_mnt_, "/m%d.bin' % i, os.O_RDONLY) for i in range(", kMemObjects,
+      "fds = [os.open('",
+      mem_mnt_, "/m%d.bin' % i, os.O_RDONLY) for i in range(", kMemObjects,
       ")]\n"
-      "local = [open('", dir_, "/local/mem/m%d.bin' % i, 'rb').read() for i in range(",
-      kMemObjects, ")]\n"
+      "local = [open('",
+      dir_, "/local/mem/m%d.bin' % i, 'rb').read() for i in range(", kMemObjects,
+      ")]\n"
       "step = 128 << 10\n"
       "for off in range(0, 2 << 20, step):\n"
       "    for i, fd in enumerate(fds):\n"

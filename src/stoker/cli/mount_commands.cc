@@ -29,7 +29,8 @@ absl::StatusOr<uint64_t> ParseSize(const std::string& flag, const std::string& t
   } else if (unit == "g" || unit == "gb" || unit == "gib") {
     shift = 30;
   } else {
-    return absl::InvalidArgumentError(StrCat(flag, ": unknown unit in '", text, "' (use K, M or G)"));
+    return absl::InvalidArgumentError(
+        StrCat(flag, ": unknown unit in '", text, "' (use K, M or G)"));
   }
   if (value == 0) return absl::InvalidArgumentError(StrCat(flag, " must be positive"));
   return value << shift;
@@ -52,7 +53,8 @@ void RegisterMountCommands(CLI::App& app, absl::Status* result) {
     std::string disk_cache_size = "10G";
   } args;
   auto* mount = app.add_subcommand(
-      "mount", "Mount a bucket, prefix, HTTP listing or folder read-only (unmount: fusermount3 -u)");
+      "mount",
+      "Mount a bucket, prefix, HTTP listing or folder read-only (unmount: fusermount3 -u)");
   mount->add_option("URL", args.options.url, "s3://bucket[/prefix], http(s)://host/path/, folder")
       ->required();
   mount->add_option("MOUNTPOINT", args.options.mountpoint, "an existing empty folder")->required();

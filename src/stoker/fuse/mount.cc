@@ -265,7 +265,8 @@ absl::Status RunMount(const MountOptions& options) {
     ::_exit(1);
   }
   ::setsid();
-  if (::chdir("/") != 0) { /* nothing depends on the working folder */ }
+  if (::chdir("/") != 0) { /* nothing depends on the working folder */
+  }
   int null_fd = ::open("/dev/null", O_RDWR);
   if (null_fd >= 0) {
     ::dup2(null_fd, 0);

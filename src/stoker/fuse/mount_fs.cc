@@ -122,9 +122,9 @@ absl::StatusOr<std::unique_ptr<MountFs::File>> MountFs::Open(std::string_view pa
     *keep_cache = seen == version;
     seen = version;
   }
-  uint64_t max_ahead = std::max<uint64_t>(
-      io::ReadAheadWindow::kDefaultInitial,
-      std::min(options_.max_read_ahead, cache_->memory_budget() / 8));
+  uint64_t max_ahead =
+      std::max<uint64_t>(io::ReadAheadWindow::kDefaultInitial,
+                         std::min(options_.max_read_ahead, cache_->memory_budget() / 8));
   return std::make_unique<File>(KeyOf(path), std::move(attr), max_ahead);
 }
 
@@ -189,10 +189,9 @@ absl::StatusOr<size_t> MountFs::Read(File& file, char* out, size_t size, uint64_
   }
   if (prefetch.length > 0) {
     // Fills the shared cache; the bytes are dropped here and found there by later reads.
-    reader_->ReadRangesAsync(file.key_, {prefetch}, "",
-                             [this, bytes = prefetch.length](auto) {
-                               prefetch_in_flight_.fetch_sub(bytes);
-                             });
+    reader_->ReadRangesAsync(file.key_, {prefetch}, "", [this, bytes = prefetch.length](auto) {
+      prefetch_in_flight_.fetch_sub(bytes);
+    });
   }
   ASSIGN_OR_RETURN(std::vector<Buffer> parts, reader_->ReadRanges(file.key_, {{offset, length}}));
   const Buffer& got = parts.at(0);

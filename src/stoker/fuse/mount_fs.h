@@ -118,8 +118,9 @@ class MountFs {
 class MountFs::File {
  public:
   File(std::string key, Attr attr, uint64_t max_read_ahead)
-      : key_(std::move(key)), attr_(std::move(attr)), window_(io::ReadAheadWindow::kDefaultInitial,
-                                                              max_read_ahead) {}
+      : key_(std::move(key)),
+        attr_(std::move(attr)),
+        window_(io::ReadAheadWindow::kDefaultInitial, max_read_ahead) {}
   const Attr& attr() const { return attr_; }
 
  private:
