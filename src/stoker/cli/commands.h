@@ -11,6 +11,7 @@ namespace stoker::cli {
 void RegisterIoCommands(CLI::App& app, absl::Status* result);
 void RegisterFormatCommands(CLI::App& app, absl::Status* result);
 void RegisterRunCommands(CLI::App& app, absl::Status* result);
+void RegisterServiceCommands(CLI::App& app, absl::Status* result);
 void RegisterMountCommands(CLI::App& app, absl::Status* result);
 
 }  // namespace stoker::cli

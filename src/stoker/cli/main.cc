@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   stoker::cli::RegisterIoCommands(app, &result);
   stoker::cli::RegisterFormatCommands(app, &result);
   stoker::cli::RegisterRunCommands(app, &result);
+  stoker::cli::RegisterServiceCommands(app, &result);
   stoker::cli::RegisterMountCommands(app, &result);
   CLI11_PARSE(app, argc, argv);
   if (!result.ok()) {

@@ -1,0 +1,343 @@
+// stoker dispatcher / worker / consume / demo: the disaggregated service from the shell
+// (ARCHITECTURE.md §7, docs/protocol.md).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "stoker/cli/commands.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/data/image.h"
+#include "stoker/format/convert.h"
+#include "stoker/service/client/client.h"
+#include "stoker/service/common/health_server.h"
+#include "stoker/service/dispatcher/dispatcher.h"
+#include "stoker/service/worker/worker.h"
+
+namespace stoker::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Blocks SIGINT/SIGTERM in every thread started afterwards, so WaitForSignal receives them.
+void BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+void WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+struct DispatcherCliOptions {
+  int port = 5000;
+  int http_port = 0;
+  std::string work_dir;
+  int worker_timeout_ms = 3000;
+};
+
+absl::Status RunDispatcher(const DispatcherCliOptions& o) {
+  BlockStopSignals();
+  service::DispatcherOptions options;
+  options.port = o.port;
+  options.work_dir = o.work_dir;
+  options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
+  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
+  ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
+  std::printf("dispatcher: serving on port %d, /healthz on port %d, journal in %s\n",
+              dispatcher->port(), health->port(),
+              o.work_dir.empty() ? "(none)" : o.work_dir.c_str());
+  std::fflush(stdout);
+  WaitForSignal();
+  return absl::OkStatus();
+}
+
+struct WorkerCliOptions {
+  std::string dispatcher;
+  int port = 0;
+  int http_port = 0;
+  std::string host = "127.0.0.1";
+  int heartbeat_ms = 500;
+  int64_t buffer_bytes = int64_t{256} << 20;
+  int threads = 0;
+};
+
+absl::Status RunWorker(const WorkerCliOptions& o) {
+  BlockStopSignals();
+  service::WorkerOptions options;
+  options.dispatcher_address = o.dispatcher;
+  options.port = o.port;
+  options.host = o.host;
+  options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
+  options.buffer_bytes = o.buffer_bytes;
+  options.threads = o.threads;
+  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
+  ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
+  std::printf("worker: serving on %s, /healthz on port %d, dispatcher %s\n",
+              worker->address().c_str(), health->port(), o.dispatcher.c_str());
+  std::fflush(stdout);
+  WaitForSignal();
+  return absl::OkStatus();
+}
+
+struct ConsumeOptions {
+  std::string dispatcher;
+  std::string spec;
+  std::string job_name;
+  std::string sharding = "dynamic";
+  int64_t max_elements = -1;
+  bool print_keys = false;
+  int http_port = -1;
+  int heartbeat_ms = 200;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot read spec file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+absl::Status RunConsume(const ConsumeOptions& o) {
+  ASSIGN_OR_RETURN(std::string spec, ReadFile(o.spec));
+  std::unique_ptr<service::HealthServer> health;
+  if (o.http_port >= 0) {
+    ASSIGN_OR_RETURN(health, service::HealthServer::Start(o.http_port));
+  }
+  service::ServiceClientOptions options;
+  options.dispatcher_address = o.dispatcher;
+  options.job_name = o.job_name;
+  options.sharding = o.sharding;
+  options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
+  auto start = Clock::now();
+  ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(options, spec));
+  int64_t elements = 0, samples = 0;
+  while (o.max_elements < 0 || elements < o.max_elements) {
+    ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
+    if (!e) break;
+    ++elements;
+    samples += static_cast<int64_t>(e->keys.size());
+    if (o.print_keys)
+      for (const auto& k : e->keys) std::fprintf(stdout, "%s\n", k.c_str());
+  }
+  std::fflush(stdout);
+  double seconds = Seconds(start);
+  auto stats = client->stats();
+  std::fprintf(stderr,
+               "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
+               "elements/s, %.1f MB/s; %lld duplicates dropped\n",
+               static_cast<long long>(elements), static_cast<long long>(samples),
+               stats.bytes / 1e6, static_cast<long long>(client->job_id()), seconds,
+               elements / seconds, stats.bytes / 1e6 / seconds,
+               static_cast<long long>(stats.duplicates));
+  return absl::OkStatus();
+}
+
+// ---- stoker demo ----
+
+struct DemoOptions {
+  int images = 2400;
+  int batch = 8;
+  std::string dir;
+};
+
+absl::Status MakeJpegs(const std::string& root, int count) {
+  std::mt19937 rng(7);
+  const char* classes[] = {"cat", "dog", "fox", "owl"};
+  for (const char* c : classes) std::filesystem::create_directories(root + "/" + c);
+  for (int i = 0; i < count; ++i) {
+    int h = 96 + static_cast<int>(rng() % 64), w = 96 + static_cast<int>(rng() % 64);
+    data::Tensor image;
+    image.dtype = data::DType::kUint8;
+    image.shape = {h, w, 3};
+    MutableBuffer pixels(static_cast<size_t>(h) * w * 3);
+    uint8_t base = static_cast<uint8_t>(rng());
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int ch = 0; ch < 3; ++ch)
+          pixels.data()[(y * w + x) * 3 + ch] = static_cast<uint8_t>(base + x * (ch + 1) + y * 2);
+    image.data = std::move(pixels).Finish();
+    ASSIGN_OR_RETURN(Buffer jpeg, data::EncodeJpeg(image, 85));
+    std::string path = StrCat(root, "/", classes[i % 4], "/img", i, ".jpg");
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+    if (!out) return absl::InternalError(StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+void DrawProgress(int64_t done, int64_t total, double seconds) {
+  const int width = 40;
+  int filled = total > 0 ? static_cast<int>(width * done / total) : 0;
+  std::string bar(filled, '#');
+  bar.append(width - filled, '.');
+  std::fprintf(stderr, "\r  [%s] %lld/%lld batches  %.0f images/s", bar.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total),
+               seconds > 0 ? done / seconds : 0.0);
+  std::fflush(stderr);
+}
+
+absl::Status RunDemo(const DemoOptions& o) {
+  std::string dir = o.dir;
+  bool remove_dir = false;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/stoker-demo-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return absl::InternalError("cannot create a temporary folder");
+    dir = tmpl;
+    remove_dir = true;
+  }
+  struct Cleanup {
+    std::string dir;
+    bool on;
+    ~Cleanup() {
+      std::error_code ec;
+      if (on) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir, remove_dir};
+
+  auto t0 = Clock::now();
+  std::fprintf(stderr, "stoker demo: the disaggregated service on this machine, in %s\n",
+               dir.c_str());
+  std::fprintf(stderr, "1. generating %d JPEG images (4 classes) ...\n", o.images);
+  RETURN_IF_ERROR(MakeJpegs(dir + "/images", o.images));
+  std::fprintf(stderr, "2. converting them to shards with the format layer ...\n");
+  format::ConvertOptions convert_options;
+  convert_options.shard_bytes = 4 << 20;
+  ASSIGN_OR_RETURN(auto summary, format::Convert(dir + "/images", dir + "/shards", convert_options));
+  std::fprintf(stderr, "   %zu files -> %s\n", summary.inputs, summary.manifest_url.c_str());
+
+  std::fprintf(stderr, "3. starting a dispatcher and 2 workers (in this process, on loopback) ...\n");
+  service::DispatcherOptions dopts;
+  dopts.work_dir = dir + "/dispatcher";
+  ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(dopts));
+  std::string address = StrCat("127.0.0.1:", dispatcher->port());
+  std::vector<std::unique_ptr<service::Worker>> workers;
+  for (int i = 0; i < 2; ++i) {
+    service::WorkerOptions wopts;
+    wopts.dispatcher_address = address;
+    wopts.heartbeat_interval = std::chrono::milliseconds(100);
+    wopts.threads = 1;
+    ASSIGN_OR_RETURN(auto w, service::Worker::Start(wopts));
+    workers.push_back(std::move(w));
+  }
+  nlohmann::json spec = {
+      {"source", {{"dataset", dir + "/shards"}}},
+      {"ops",
+       {{{"op", "shuffle"}, {"seed", 7}},
+        {{"op", "decode_image"}, {"field", "jpg"}},
+        {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {64, 64}}},
+        {{"op", "flip"}, {"field", "jpg"}, {"p", 0.5}},
+        {{"op", "normalize"},
+         {"field", "jpg"},
+         {"mean", {0.485, 0.456, 0.406}},
+         {"std", {0.229, 0.224, 0.225}}},
+        {{"op", "batch"}, {"size", o.batch}}}}};
+  std::fprintf(stderr, "4. consuming one epoch through the service (decode, crop 64x64, flip, "
+                       "normalize, batch %d):\n", o.batch);
+  service::ServiceClientOptions copts;
+  copts.dispatcher_address = address;
+  copts.heartbeat_interval = std::chrono::milliseconds(100);
+  auto start = Clock::now();
+  ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(copts, spec.dump()));
+  int64_t total_batches = (o.images + o.batch - 1) / o.batch;
+  int64_t batches = 0, images = 0;
+  std::set<std::string> keys;
+  auto last_draw = Clock::now();
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
+    if (!e) break;
+    ++batches;
+    images += static_cast<int64_t>(e->keys.size());
+    keys.insert(e->keys.begin(), e->keys.end());
+    if (Clock::now() - last_draw > std::chrono::milliseconds(100)) {
+      DrawProgress(batches, total_batches, Seconds(start));
+      last_draw = Clock::now();
+    }
+  }
+  double seconds = Seconds(start);
+  DrawProgress(batches, total_batches, seconds);
+  std::fprintf(stderr, "\n");
+  auto stats = client->stats();
+  std::printf("stoker demo: %lld images in %lld batches through 1 dispatcher + 2 workers in %.2f s\n",
+              static_cast<long long>(images), static_cast<long long>(batches), seconds);
+  std::printf("  %.0f images/s, %.1f MB/s of ready tensors (float32 64x64x3)\n", images / seconds,
+              stats.bytes / 1e6 / seconds);
+  std::printf("  every image exactly once: %s (%zu distinct of %d); %lld splits acknowledged\n",
+              keys.size() == static_cast<size_t>(o.images) && images == o.images ? "yes" : "NO",
+              keys.size(), o.images, static_cast<long long>(stats.splits));
+  std::printf("  total %.1f s including data generation and conversion\n", Seconds(t0));
+  if (images != o.images || keys.size() != static_cast<size_t>(o.images))
+    return absl::InternalError("the demo did not deliver every image exactly once");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
+  // Static, so the parsed options outlive parsing without a heap object the leak checker flags.
+  static DispatcherCliOptions dispatcher_options;
+  auto* d = app.add_subcommand("dispatcher", "Run the service's dispatcher");
+  d->add_option("--port", dispatcher_options.port, "gRPC port (default 5000; 0: any free port)");
+  d->add_option("--http-port", dispatcher_options.http_port, "port of GET /healthz (0: any)");
+  d->add_option("--work-dir", dispatcher_options.work_dir,
+                "folder of the journal; a restart replays it (default: no journal)");
+  d->add_option("--worker-timeout-ms", dispatcher_options.worker_timeout_ms,
+                "a worker silent this long is lost and its splits leased again (default 3000)");
+  d->callback([=] { *result = RunDispatcher(dispatcher_options); });
+
+  static WorkerCliOptions worker_options;
+  auto* w = app.add_subcommand("worker", "Run a service worker");
+  w->add_option("--dispatcher", worker_options.dispatcher, "the dispatcher's HOST:PORT")->required();
+  w->add_option("--port", worker_options.port, "gRPC port (default 0: any free port)");
+  w->add_option("--http-port", worker_options.http_port, "port of GET /healthz (0: any)");
+  w->add_option("--host", worker_options.host, "host name clients reach this worker at");
+  w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
+  w->add_option("--buffer-bytes", worker_options.buffer_bytes,
+                "ready elements kept per job, in bytes (default 256 MiB)");
+  w->add_option("--threads", worker_options.threads, "pipeline threads (default: the spec's)");
+  w->callback([=] { *result = RunWorker(worker_options); });
+
+  static ConsumeOptions consume_options;
+  auto* c = app.add_subcommand("consume", "Read a pipeline's elements through the service");
+  c->add_option("--dispatcher", consume_options.dispatcher, "the dispatcher's HOST:PORT")->required();
+  c->add_option("SPEC", consume_options.spec, "pipeline spec (JSON file)")->required();
+  c->add_option("--job-name", consume_options.job_name, "share the job by name (default: new job)");
+  c->add_option("--sharding", consume_options.sharding,
+                "dynamic (each sample once, split by split) or off (every worker runs it all)")
+      ->check(CLI::IsMember({"dynamic", "off"}));
+  c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
+  c->add_flag("--print-keys", consume_options.print_keys,
+              "print the key of every delivered sample, one a line, in delivery order");
+  c->add_option("--http-port", consume_options.http_port, "serve GET /healthz on this port");
+  c->add_option("--heartbeat-ms", consume_options.heartbeat_ms, "heartbeat interval (default 200)");
+  c->callback([=] { *result = RunConsume(consume_options); });
+
+  static DemoOptions demo_options;
+  auto* m = app.add_subcommand(
+      "demo", "Generate JPEGs, convert them to shards and consume them through a local service");
+  m->add_option("--images", demo_options.images, "images to generate (default 2400)");
+  m->add_option("--batch", demo_options.batch, "batch size (default 8)");
+  m->add_option("--dir", demo_options.dir, "keep the data in this folder (default: a temporary one)");
+  m->callback([=] { *result = RunDemo(demo_options); });
+}
+
+}  // namespace stoker::cli

@@ -1,0 +1,212 @@
+#include "stoker/service/client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "stoker/core/logging.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/core/thread.h"
+#include "stoker/data/pipeline.h"
+#include "stoker/service/common/element_codec.h"
+#include "stoker/service/common/grpc_util.h"
+
+namespace stoker::service {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
+    const ServiceClientOptions& options, const std::string& spec_json) {
+  if (options.dispatcher_address.empty())
+    return absl::InvalidArgumentError("the client needs the dispatcher's HOST:PORT");
+  if (options.sharding != "dynamic" && options.sharding != "off")
+    return absl::InvalidArgumentError(
+        StrCat("unknown sharding '", options.sharding, "': use 'dynamic' or 'off'"));
+  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(spec_json));
+  std::unique_ptr<ServiceClient> c(new ServiceClient(options));
+  c->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
+  GetOrCreateJobRequest req;
+  req.set_spec_json(pipeline->spec().dump());
+  req.set_fingerprint(pipeline->fingerprint());
+  req.set_num_samples(pipeline->source_size().value_or(0));
+  req.set_job_name(options.job_name);
+  req.set_sharding(options.sharding);
+  auto deadline = Clock::now() + options.dispatcher_patience;
+  auto backoff = std::chrono::milliseconds(50);
+  while (true) {
+    GetOrCreateJobResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::seconds(5));
+    grpc::Status s = c->dispatcher_->GetOrCreateJob(&ctx, req, &resp);
+    if (s.ok()) {
+      c->job_id_ = resp.job_id();
+      break;
+    }
+    bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                     s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!transient || Clock::now() > deadline)
+      return FromGrpc(s, StrCat("creating the job at dispatcher ", options.dispatcher_address));
+    std::this_thread::sleep_for(backoff);  // retry back-off, not test synchronisation
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  c->heartbeat_ = StartThread("client-hb", [p = c.get()] { p->HeartbeatLoop(); });
+  return c;
+}
+
+ServiceClient::~ServiceClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  std::map<int64_t, std::unique_ptr<Fetcher>> fetchers;
+  {
+    absl::MutexLock lock(&mu_);
+    fetchers.swap(fetchers_);
+  }
+  for (auto& [id, f] : fetchers)
+    if (f->thread.joinable()) f->thread.join();
+}
+
+ServiceClientStats ServiceClient::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void ServiceClient::HeartbeatLoop() {
+  auto last_ok = Clock::now();
+  while (true) {
+    ClientHeartbeatRequest req;
+    req.set_job_id(job_id_);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      req.set_client_id(client_id_);
+      for (int64_t s : to_ack_) req.add_completed_splits(s);
+      for (const auto& [id, f] : fetchers_)
+        if (f->ended) req.add_ended_workers(id);
+    }
+    ClientHeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::seconds(5));
+    grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) {
+      last_ok = Clock::now();
+      client_id_ = resp.client_id();
+      std::set<int64_t> acked(req.completed_splits().begin(), req.completed_splits().end());
+      std::erase_if(to_ack_, [&](int64_t id) { return acked.count(id) > 0; });
+      std::set<int64_t> live;
+      for (const WorkerInfo& w : resp.workers()) {
+        live.insert(w.worker_id());
+        if (fetchers_.count(w.worker_id())) continue;
+        auto f = std::make_unique<Fetcher>();
+        f->worker_id = w.worker_id();
+        f->address = w.address();
+        Fetcher* raw = f.get();
+        fetchers_[w.worker_id()] = std::move(f);
+        raw->thread = StartThread("client-fetch", [this, raw] { FetchLoop(raw); });
+      }
+      for (auto& [id, f] : fetchers_)
+        if (!live.count(id)) f->removed = true;
+      if (!resp.job_error().empty())
+        error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
+      if (resp.job_finished()) finished_ = true;
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+               s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", options_.dispatcher_address));
+    } else if (Clock::now() - last_ok > options_.dispatcher_patience) {
+      error_ = FromGrpc(s, StrCat("dispatcher ", options_.dispatcher_address,
+                                  " unreachable for too long"));
+    }
+    if (finished_ && to_ack_.empty()) {
+      // Nothing more to learn; keep quiet until destruction.
+      mu_.Await(absl::Condition(&stopping_));
+      return;
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(options_.heartbeat_interval));
+  }
+}
+
+bool ServiceClient::Accept(const ElementData& d) {
+  if (d.split_id() < 0) return true;  // sharding off: each worker's stream is its own
+  if (complete_.count(d.split_id())) return false;
+  SplitProgress& p = splits_[d.split_id()];
+  if (!p.sequences.insert(d.sequence()).second) return false;
+  if (d.last()) p.last = d.sequence();
+  if (p.last >= 0 && static_cast<int64_t>(p.sequences.size()) == p.last + 1) {
+    complete_.insert(d.split_id());
+    splits_.erase(d.split_id());
+    to_ack_.push_back(d.split_id());
+    ++stats_.splits;
+  }
+  return true;
+}
+
+void ServiceClient::FetchLoop(Fetcher* f) {
+  auto stub = WorkerService::NewStub(MakeChannel(f->address));
+  int64_t next_index = 0;
+  auto backoff = std::chrono::milliseconds(20);
+  while (true) {
+    GetElementsRequest req;
+    {
+      absl::MutexLock lock(&mu_);
+      auto go = [&] {
+        return stopping_ || f->removed || f->ended || ready_bytes_ < options_.prefetch_bytes;
+      };
+      mu_.Await(absl::Condition(&go));
+      if (stopping_ || f->removed || f->ended) return;
+      req.set_client_id(client_id_);
+    }
+    req.set_job_id(job_id_);
+    req.set_next_index(next_index);
+    req.set_max_bytes(options_.request_bytes);
+    GetElementsResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::seconds(10));
+    grpc::Status s = stub->GetElements(&ctx, req, &resp);
+    absl::MutexLock lock(&mu_);
+    if (!s.ok()) {
+      // The worker may be gone; the dispatcher will stop listing it and re-lease its splits.
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      continue;
+    }
+    backoff = std::chrono::milliseconds(20);
+    for (ElementData& d : *resp.mutable_elements()) {
+      next_index = std::max(next_index, d.index() + 1);
+      if (!Accept(d)) {
+        ++stats_.duplicates;
+        continue;
+      }
+      if (d.empty()) continue;
+      ready_bytes_ += static_cast<int64_t>(d.payload().size());
+      ready_.push_back(std::move(*d.mutable_payload()));
+    }
+    if (resp.end_of_stream() && options_.sharding == "off") f->ended = true;
+  }
+}
+
+absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext() {
+  std::string payload;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&] { return !ready_.empty() || finished_ || !error_.ok(); };
+    mu_.Await(absl::Condition(&ready));
+    if (ready_.empty()) {
+      if (!error_.ok()) return error_;
+      return std::nullopt;
+    }
+    payload = std::move(ready_.front());
+    ready_.pop_front();
+    ready_bytes_ -= static_cast<int64_t>(payload.size());
+    ++stats_.elements;
+    stats_.bytes += static_cast<int64_t>(payload.size());
+  }
+  ASSIGN_OR_RETURN(data::Element e, DecodeElement(std::move(payload)));
+  return std::optional<data::Element>(std::move(e));
+}
+
+}  // namespace stoker::service

@@ -1,0 +1,107 @@
+// The client of the disaggregated service: one consumer of a job (docs/protocol.md; glossary in
+// dispatcher/dispatcher.h).
+//
+//   ServiceClientOptions o;  o.dispatcher_address = "127.0.0.1:5000";
+//   ASSIGN_OR_RETURN(auto client, ServiceClient::Open(o, spec_json));
+//   while (true) {
+//     ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
+//     if (!e) break;  // end of data: every split of the job was delivered
+//   }
+//
+// It creates (or joins, by name) the job, heartbeats the dispatcher (learning the workers and
+// acknowledging the splits it holds in full), and runs one fetch thread per worker, each with a
+// request in flight, into a local prefetch buffer bounded by prefetch_bytes. Elements already held
+// (same split and sequence, e.g. re-served after a worker was lost) are dropped.
+//
+// Thread safety: GetNext is called by one thread at a time; stats() is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "stoker/data/tensor.h"
+#include "stoker/service.grpc.pb.h"
+
+namespace stoker::service {
+
+struct ServiceClientOptions {
+  std::string dispatcher_address;  // host:port
+  std::string job_name;            // empty: an anonymous job of its own
+  std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
+  std::chrono::milliseconds heartbeat_interval{200};
+  int64_t prefetch_bytes = int64_t{256} << 20;
+  int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
+  // How long the dispatcher may stay unreachable before GetNext fails.
+  std::chrono::milliseconds dispatcher_patience{60000};
+};
+
+struct ServiceClientStats {
+  int64_t elements = 0;    // delivered
+  int64_t bytes = 0;       // payload bytes received (delivered ones)
+  int64_t duplicates = 0;  // dropped because already held
+  int64_t splits = 0;      // acknowledged as complete
+};
+
+class ServiceClient {
+ public:
+  // Validates the spec locally (its fingerprint and sample count go to the dispatcher), then
+  // creates or joins the job; retries while the dispatcher is unreachable (bounded by patience).
+  static absl::StatusOr<std::unique_ptr<ServiceClient>> Open(const ServiceClientOptions& options,
+                                                            const std::string& spec_json);
+  ~ServiceClient();  // stops and joins its threads
+
+  // The next element; nullopt at the end of the job's data.
+  absl::StatusOr<std::optional<data::Element>> GetNext();
+
+  int64_t job_id() const { return job_id_; }
+  ServiceClientStats stats() const;
+
+ private:
+  struct Fetcher {
+    int64_t worker_id = 0;
+    std::string address;
+    bool removed = false;  // the dispatcher no longer lists the worker
+    bool ended = false;    // sharding off: the worker's whole stream was received
+    std::thread thread;
+  };
+  struct SplitProgress {
+    std::set<int64_t> sequences;  // received
+    int64_t last = -1;            // sequence of the last element, once seen
+  };
+
+  explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
+  void HeartbeatLoop();
+  void FetchLoop(Fetcher* fetcher);
+  // Records a received element; returns false if it is a duplicate.
+  bool Accept(const ElementData& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ServiceClientOptions options_;
+  int64_t job_id_ = 0;
+  std::unique_ptr<DispatcherService::Stub> dispatcher_;
+  std::thread heartbeat_;
+
+  mutable absl::Mutex mu_;
+  int64_t client_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::unique_ptr<Fetcher>> fetchers_ ABSL_GUARDED_BY(mu_);  // by worker id
+  std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);  // payloads to deliver, in arrival order
+  int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // incomplete
+  absl::flat_hash_set<int64_t> complete_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> to_ack_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  ServiceClientStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stoker::service

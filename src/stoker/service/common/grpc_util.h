@@ -1,0 +1,42 @@
+// absl::Status <-> grpc::Status (the codes map 1:1), and RPC deadlines.
+// Thread safety: free functions without shared state.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "stoker/core/strings.h"
+
+namespace stoker::service {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// `what` names the call and the peer, e.g. "GetSplit to dispatcher 127.0.0.1:5000".
+inline absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      StrCat(what, ": ", s.error_message()));
+}
+
+inline void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+// A channel without gRPC's own reconnect back-off growing past a second, so that a restarted
+// dispatcher or worker is found again quickly.
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace stoker::service

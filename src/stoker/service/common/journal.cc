@@ -1,0 +1,59 @@
+#include "stoker/service/common/journal.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "stoker/core/strings.h"
+
+namespace stoker::service {
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create work dir ", dir, ": ", ec.message()));
+  std::string path = dir + "/journal.jsonl";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(StrCat("cannot open journal ", path, ": ", strerror(errno)));
+  return std::unique_ptr<Journal>(new Journal(path, fd));
+}
+
+Journal::~Journal() { ::close(fd_); }
+
+absl::StatusOr<std::vector<nlohmann::json>> Journal::ReadAll() const {
+  std::ifstream in(path_, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<nlohmann::json> updates;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) break;  // torn last write
+    auto j = nlohmann::json::parse(text.begin() + pos, text.begin() + nl, nullptr, false);
+    if (j.is_discarded())
+      return absl::DataLossError(StrCat("journal ", path_, ": unreadable update at byte ", pos,
+                                        "; move the work dir aside to start afresh"));
+    updates.push_back(std::move(j));
+    pos = nl + 1;
+  }
+  return updates;
+}
+
+absl::Status Journal::Append(const nlohmann::json& update) {
+  std::string line = update.dump() + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(StrCat("journal ", path_, ": write: ", strerror(errno)));
+    done += n;
+  }
+  if (::fdatasync(fd_) != 0)
+    return absl::InternalError(StrCat("journal ", path_, ": fdatasync: ", strerror(errno)));
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::service

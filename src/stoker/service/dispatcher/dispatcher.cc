@@ -1,0 +1,274 @@
+#include "stoker/service/dispatcher/dispatcher.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "stoker/core/logging.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/core/thread.h"
+#include "stoker/service.grpc.pb.h"
+#include "stoker/service/common/grpc_util.h"
+
+namespace stoker::service {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// The thin gRPC adapter: every call goes to the Dispatcher's logic.
+class GrpcDispatcher final : public DispatcherService::Service {
+ public:
+  explicit GrpcDispatcher(stoker::service::Dispatcher* d) : d_(d) {}
+  grpc::Status GetOrCreateJob(grpc::ServerContext*, const GetOrCreateJobRequest* req,
+                              GetOrCreateJobResponse* resp) override {
+    return ToGrpc(d_->GetOrCreateJob(*req, resp));
+  }
+  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const WorkerHeartbeatRequest* req,
+                               WorkerHeartbeatResponse* resp) override {
+    return ToGrpc(d_->WorkerHeartbeat(*req, resp));
+  }
+  grpc::Status GetSplit(grpc::ServerContext*, const GetSplitRequest* req,
+                        GetSplitResponse* resp) override {
+    return ToGrpc(d_->GetSplit(*req, resp));
+  }
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const ClientHeartbeatRequest* req,
+                               ClientHeartbeatResponse* resp) override {
+    return ToGrpc(d_->ClientHeartbeat(*req, resp));
+  }
+
+ private:
+  stoker::service::Dispatcher* d_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOptions& options) {
+  std::unique_ptr<Dispatcher> d(new Dispatcher(options));
+  {
+    absl::MutexLock lock(&d->mu_);
+    if (!options.work_dir.empty()) {
+      ASSIGN_OR_RETURN(d->journal_, Journal::Open(options.work_dir));
+      ASSIGN_OR_RETURN(std::vector<json> updates, d->journal_->ReadAll());
+      for (const json& u : updates) {
+        absl::Status s = d->state_.Apply(u);
+        if (!s.ok())
+          return absl::DataLossError(StrCat("replaying journal ", d->journal_->path(), ": ",
+                                            s.message()));
+        ++d->updates_;
+      }
+      if (!updates.empty())
+        SPDLOG_INFO("dispatcher: replayed {} updates from {}", updates.size(), d->journal_->path());
+    }
+    // Workers known from the journal get a full timeout to heartbeat the restarted dispatcher.
+    for (const auto& [id, w] : d->state_.workers()) d->last_heartbeat_[id] = Clock::now();
+  }
+  d->service_ = std::make_unique<GrpcDispatcher>(d.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(StrCat("0.0.0.0:", options.port), grpc::InsecureServerCredentials(),
+                           &d->port_);
+  builder.RegisterService(d->service_.get());
+  d->server_ = builder.BuildAndStart();
+  if (d->server_ == nullptr || d->port_ == 0)
+    return absl::UnavailableError(
+        StrCat("dispatcher cannot listen on port ", options.port, " (in use? choose another --port)"));
+  d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorWorkers(); });
+  return d;
+}
+
+Dispatcher::~Dispatcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (monitor_.joinable()) monitor_.join();
+}
+
+int64_t Dispatcher::updates_applied() const {
+  absl::MutexLock lock(&mu_);
+  return updates_;
+}
+
+absl::Status Dispatcher::Update(const json& update) {
+  if (journal_) RETURN_IF_ERROR(journal_->Append(update));
+  RETURN_IF_ERROR(state_.Apply(update));
+  ++updates_;
+  return absl::OkStatus();
+}
+
+void Dispatcher::MonitorWorkers() {
+  absl::MutexLock lock(&mu_);
+  auto interval = absl::Milliseconds(std::max<int64_t>(10, options_.worker_timeout.count() / 4));
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
+    if (stopping_) break;
+    auto now = Clock::now();
+    std::vector<int64_t> lost;
+    for (const auto& [id, w] : state_.workers()) {
+      auto it = last_heartbeat_.find(id);
+      if (it == last_heartbeat_.end() || now - it->second > options_.worker_timeout)
+        lost.push_back(id);
+    }
+    for (int64_t id : lost) {
+      SPDLOG_WARN("dispatcher: worker {} ({}) missed its heartbeats; leasing its splits again", id,
+                  state_.workers().at(id).address);
+      absl::Status s = Update({{"type", "remove_worker"}, {"worker_id", id}});
+      if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
+      last_heartbeat_.erase(id);
+    }
+  }
+}
+
+absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
+                                        GetOrCreateJobResponse* resp) {
+  std::string sharding = req.sharding().empty() ? "dynamic" : req.sharding();
+  if (sharding != "dynamic" && sharding != "off")
+    return absl::InvalidArgumentError(
+        StrCat("unknown sharding '", sharding, "': use 'dynamic' or 'off'"));
+  if (req.fingerprint().empty() || req.spec_json().empty())
+    return absl::InvalidArgumentError("GetOrCreateJob needs a spec and its fingerprint");
+  if (sharding == "dynamic" && req.num_samples() <= 0)
+    return absl::InvalidArgumentError(
+        "dynamic sharding needs a pipeline over an indexed source (a dataset, range or memory "
+        "source) with at least one sample; use sharding 'off' for streams");
+  absl::MutexLock lock(&mu_);
+  if (auto id = state_.FindJobByName(req.job_name())) {
+    const auto* job = state_.FindJob(*id);
+    if (job->fingerprint != req.fingerprint())
+      return absl::AlreadyExistsError(StrCat("job '", req.job_name(),
+                                             "' exists with a different pipeline spec; choose "
+                                             "another --job-name"));
+    resp->set_job_id(*id);
+    return absl::OkStatus();
+  }
+  if (!state_.datasets().count(req.fingerprint()))
+    RETURN_IF_ERROR(Update({{"type", "register_dataset"},
+                            {"fingerprint", req.fingerprint()},
+                            {"spec", req.spec_json()}}));
+  int64_t id = state_.next_job_id();
+  RETURN_IF_ERROR(Update({{"type", "create_job"},
+                          {"job_id", id},
+                          {"name", req.job_name()},
+                          {"fingerprint", req.fingerprint()},
+                          {"num_samples", req.num_samples()},
+                          {"sharding", sharding}}));
+  SPDLOG_INFO("dispatcher: job {} ({} samples, sharding {})", id, req.num_samples(), sharding);
+  resp->set_job_id(id);
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
+                                         WorkerHeartbeatResponse* resp) {
+  if (req.address().empty()) return absl::InvalidArgumentError("worker heartbeat without address");
+  absl::MutexLock lock(&mu_);
+  int64_t id = req.worker_id();
+  if (id == 0 || !state_.workers().count(id)) {
+    if (id != 0) SPDLOG_WARN("dispatcher: worker {} was lost; registering it again", id);
+    id = state_.next_worker_id();
+    RETURN_IF_ERROR(Update({{"type", "register_worker"}, {"worker_id", id}, {"address", req.address()}}));
+    SPDLOG_INFO("dispatcher: worker {} at {}", id, req.address());
+  }
+  last_heartbeat_[id] = Clock::now();
+  if (req.failed_job() != 0) {
+    const auto* job = state_.FindJob(req.failed_job());
+    if (job != nullptr && job->error.empty())
+      RETURN_IF_ERROR(Update({{"type", "job_error"},
+                              {"job_id", req.failed_job()},
+                              {"message", StrCat("worker ", req.address(), ": ", req.task_error())}}));
+  }
+  resp->set_worker_id(id);
+  const std::string* spec = nullptr;
+  for (const auto& [job_id, job] : state_.jobs()) {
+    if (!job.error.empty() || state_.JobFinished(job)) continue;
+    spec = &state_.datasets().at(job.fingerprint);
+    Task* t = resp->add_tasks();
+    t->set_job_id(job_id);
+    t->set_spec_json(*spec);
+    t->set_sharding(job.sharding);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  const auto* job = state_.FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(StrCat("no job ", req.job_id()));
+  if (!job->error.empty() || state_.JobFinished(*job)) {
+    resp->set_kind(GetSplitResponse::END);
+    return absl::OkStatus();
+  }
+  if (!state_.workers().count(req.worker_id())) {
+    // A lost worker must re-register (its next heartbeat does) before it gets more work.
+    resp->set_kind(GetSplitResponse::WAIT);
+    return absl::OkStatus();
+  }
+  if (!job->pending.empty()) {
+    int64_t split_id = job->pending.front();
+    RETURN_IF_ERROR(Update({{"type", "lease_split"},
+                            {"job_id", job->id},
+                            {"split_id", split_id},
+                            {"worker_id", req.worker_id()}}));
+    const auto& s = job->splits.at(split_id);
+    resp->set_kind(GetSplitResponse::SPLIT);
+    resp->set_split_id(split_id);
+    resp->set_begin(s.begin);
+    resp->set_end(s.end);
+    return absl::OkStatus();
+  }
+  if (job->next_sample < job->num_samples) {
+    int64_t n = std::clamp<int64_t>(req.wanted_samples(), 1, int64_t{1} << 24);
+    int64_t begin = job->next_sample, end = std::min(job->num_samples, begin + n);
+    int64_t split_id = state_.next_split_id(job->id);
+    RETURN_IF_ERROR(Update({{"type", "create_split"},
+                            {"job_id", job->id},
+                            {"split_id", split_id},
+                            {"begin", begin},
+                            {"end", end},
+                            {"worker_id", req.worker_id()}}));
+    resp->set_kind(GetSplitResponse::SPLIT);
+    resp->set_split_id(split_id);
+    resp->set_begin(begin);
+    resp->set_end(end);
+    return absl::OkStatus();
+  }
+  // Everything is handed out; leases still open may come back if their worker is lost.
+  resp->set_kind(GetSplitResponse::WAIT);
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
+                                         ClientHeartbeatResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  const auto* job = state_.FindJob(req.job_id());
+  if (job == nullptr)
+    return absl::NotFoundError(StrCat("no job ", req.job_id(), " at this dispatcher (was its "
+                                      "work dir removed?)"));
+  int64_t client_id = req.client_id();
+  if (client_id == 0) {
+    client_id = state_.next_client_id();
+    RETURN_IF_ERROR(Update({{"type", "register_client"}, {"client_id", client_id}, {"job_id", job->id}}));
+  }
+  resp->set_client_id(client_id);
+  json acks = json::array();
+  for (int64_t split_id : req.completed_splits()) {
+    auto it = job->splits.find(split_id);
+    if (it != job->splits.end() && !it->second.done) acks.push_back(split_id);
+  }
+  if (!acks.empty())
+    RETURN_IF_ERROR(Update({{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}}));
+  for (int64_t worker_id : req.ended_workers())
+    if (!job->ended_workers.count(worker_id))
+      RETURN_IF_ERROR(Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
+  for (const auto& [id, w] : state_.workers()) {
+    WorkerInfo* info = resp->add_workers();
+    info->set_worker_id(id);
+    info->set_address(w.address);
+  }
+  resp->set_job_finished(state_.JobFinished(*job));
+  resp->set_job_error(job->error);
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::service

@@ -1,0 +1,94 @@
+// The dispatcher of the disaggregated service (docs/protocol.md).
+//
+// Glossary
+//   dataset   a pipeline spec, registered under its fingerprint (registering twice is a no-op).
+//   job       one epoch of a dataset being produced for its consumer(s); named jobs are shared by
+//             name (GetOrCreateJob returns the existing one), anonymous jobs are new on every call.
+//   split     a contiguous run [begin, end) of the job's sample order (the source's shuffled index
+//             permutation), sized by the worker to take about 100 ms; the unit of dynamic sharding,
+//             of leases and of acknowledgement.
+//   task      a job as it runs on one worker: the worker builds the pipeline and asks for splits.
+//   consumer  a client reading a job's elements from every worker serving it.
+//
+// Protocol (all unary gRPC; service.proto)
+//   client   -> dispatcher  GetOrCreateJob(spec, fingerprint, num_samples, name, sharding) -> job id
+//   worker   -> dispatcher  WorkerHeartbeat(id, address, task errors) -> id, tasks   (every ~interval)
+//   worker   -> dispatcher  GetSplit(worker, job, wanted samples) -> SPLIT(id, begin, end) | WAIT | END
+//   client   -> dispatcher  ClientHeartbeat(job, client, completed splits) -> workers, finished
+//   client   -> worker      GetElements(job, client, next index) -> elements tagged
+//                           (split, sequence, last) with a raw payload (element_codec.h)
+//
+// Exactly-once: a split is leased to one worker at a time. It is done only when the consumer
+// acknowledges it (all its elements received). A worker that misses heartbeats for
+// worker_timeout is removed and its unacknowledged splits are leased again to live workers;
+// pipelines are deterministic, so the re-run yields the same (split, sequence) elements and the
+// client drops those it already has.
+//
+// Durability: the state (dispatcher_state.h) changes only through Apply(update), and each update is
+// appended to the journal in work_dir before it is applied. A restarted dispatcher replays it; its
+// workers and clients retry their RPCs and carry on.
+//
+// Thread safety: all public methods are thread-safe (one mutex; it is held while an update is
+// journaled so that the journal order is the apply order, but never across an RPC).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "stoker/service/common/journal.h"
+#include "stoker/service/dispatcher/dispatcher_state.h"
+#include <grpcpp/server.h>
+
+#include "stoker/service.grpc.pb.h"
+
+
+namespace stoker::service {
+
+struct DispatcherOptions {
+  std::string work_dir;  // the journal lives here; empty: no journal (state is lost on exit)
+  int port = 0;          // 0: any free port (see Dispatcher::port())
+  std::chrono::milliseconds worker_timeout{3000};  // missed heartbeats for this long: lost
+};
+
+class Dispatcher {
+ public:
+  // Replays the journal, then serves on 0.0.0.0:port.
+  static absl::StatusOr<std::unique_ptr<Dispatcher>> Start(const DispatcherOptions& options);
+  ~Dispatcher();  // stops serving and joins its threads
+
+  int port() const { return port_; }
+
+  // The RPCs (the gRPC adapter calls these; tests may too).
+  absl::Status GetOrCreateJob(const GetOrCreateJobRequest& req, GetOrCreateJobResponse* resp);
+  absl::Status WorkerHeartbeat(const WorkerHeartbeatRequest& req, WorkerHeartbeatResponse* resp);
+  absl::Status GetSplit(const GetSplitRequest& req, GetSplitResponse* resp);
+  absl::Status ClientHeartbeat(const ClientHeartbeatRequest& req, ClientHeartbeatResponse* resp);
+
+  // Updates applied since start (replayed ones included).
+  int64_t updates_applied() const;
+
+ private:
+  explicit Dispatcher(const DispatcherOptions& options) : options_(options) {}
+  absl::Status Update(const nlohmann::json& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MonitorWorkers();
+
+  const DispatcherOptions options_;
+  int port_ = 0;
+  mutable absl::Mutex mu_;
+  DispatcherState state_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> last_heartbeat_
+      ABSL_GUARDED_BY(mu_);
+  int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread monitor_;
+};
+
+}  // namespace stoker::service

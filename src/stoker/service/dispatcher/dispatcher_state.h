@@ -1,0 +1,85 @@
+// DispatcherState: everything the dispatcher knows that must survive a restart. It changes only
+// through Apply(update); the dispatcher journals each update before applying it (journal.h), and a
+// restarted dispatcher replays the journal through Apply to reach the same state.
+//
+// Updates are JSON objects with a "type":
+//   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
+//   create_job {job_id, name, fingerprint, num_samples, sharding}
+//   register_worker {worker_id, address}
+//   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
+//                                                    consumer acknowledged go back to pending
+//   create_split {job_id, split_id, begin, end, worker_id}   a new run of the sample order, leased
+//   lease_split {job_id, split_id, worker_id}        a pending split leased again
+//   ack_splits {job_id, split_ids}                   the consumer holds these splits in full
+//   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
+//   job_error {job_id, message}
+//   register_client {client_id, job_id}
+//
+// Thread safety: not thread-safe; the dispatcher serialises access with its mutex.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace stoker::service {
+
+class DispatcherState {
+ public:
+  struct SplitInfo {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t worker_id = 0;  // the lease holder; 0 while pending
+    bool done = false;      // acknowledged by the consumer
+  };
+  struct Job {
+    int64_t id = 0;
+    std::string name;  // empty: anonymous
+    std::string fingerprint;
+    int64_t num_samples = 0;
+    std::string sharding = "dynamic";
+    int64_t next_sample = 0;  // the sample order before it has been handed out
+    std::map<int64_t, SplitInfo> splits;
+    std::deque<int64_t> pending;  // splits whose lease holder was lost, to lease again
+    int64_t done_splits = 0;
+    std::set<int64_t> ended_workers;  // sharding off
+    std::string error;
+  };
+  struct Worker {
+    int64_t id = 0;
+    std::string address;
+  };
+
+  absl::Status Apply(const nlohmann::json& update);
+
+  // Dynamic sharding: every sample handed out and every split acknowledged. Sharding off: every
+  // live worker's stream was consumed.
+  bool JobFinished(const Job& job) const;
+
+  const std::map<std::string, std::string>& datasets() const { return datasets_; }
+  const std::map<int64_t, Job>& jobs() const { return jobs_; }
+  const std::map<int64_t, Worker>& workers() const { return workers_; }
+  const Job* FindJob(int64_t id) const;
+  std::optional<int64_t> FindJobByName(const std::string& name) const;
+  int64_t next_job_id() const { return last_job_id_ + 1; }
+  int64_t next_worker_id() const { return last_worker_id_ + 1; }
+  int64_t next_client_id() const { return last_client_id_ + 1; }
+  int64_t next_split_id(int64_t job_id) const;
+
+ private:
+  Job* MutableJob(const nlohmann::json& update);
+  std::map<std::string, std::string> datasets_;  // fingerprint -> spec JSON
+  std::map<int64_t, Job> jobs_;
+  std::map<int64_t, Worker> workers_;  // live (registered, not removed)
+  int64_t last_job_id_ = 0;
+  int64_t last_worker_id_ = 0;
+  int64_t last_client_id_ = 0;
+};
+
+}  // namespace stoker::service

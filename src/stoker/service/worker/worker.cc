@@ -1,0 +1,291 @@
+#include "stoker/service/worker/worker.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "stoker/core/logging.h"
+#include "stoker/core/status.h"
+#include "stoker/core/strings.h"
+#include "stoker/core/thread.h"
+#include "stoker/data/pipeline.h"
+#include "stoker/service/common/element_codec.h"
+#include "stoker/service/common/grpc_util.h"
+
+namespace stoker::service {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kRpcTimeout = std::chrono::seconds(5);
+
+class GrpcWorker final : public WorkerService::Service {
+ public:
+  explicit GrpcWorker(stoker::service::Worker* w) : w_(w) {}
+  grpc::Status GetElements(grpc::ServerContext*, const GetElementsRequest* req,
+                           GetElementsResponse* resp) override {
+    return ToGrpc(w_->GetElements(*req, resp));
+  }
+
+ private:
+  stoker::service::Worker* w_;
+};
+
+// Hands the pipeline's source exactly one split.
+class OneSplit : public data::SplitProvider {
+ public:
+  OneSplit(int64_t begin, int64_t end) : split_{begin, end} {}
+  absl::StatusOr<std::optional<data::Split>> GetNext() override {
+    if (given_) return std::nullopt;
+    given_ = true;
+    return split_;
+  }
+
+ private:
+  data::Split split_;
+  bool given_ = false;
+};
+
+// The batch size of the spec's batch op (1 without one): splits are a multiple of it, so that a
+// split's last batch is full (drop_remainder would otherwise drop samples at every split's end).
+int64_t BatchSize(const nlohmann::json& spec) {
+  if (!spec.contains("ops") || !spec["ops"].is_array()) return 1;
+  for (const auto& op : spec["ops"])
+    if (op.value("op", "") == "batch" && op.contains("size") && op["size"].is_number_integer())
+      return std::max<int64_t>(1, op["size"].get<int64_t>());
+  return 1;
+}
+
+}  // namespace
+
+Worker::Worker(const WorkerOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& options) {
+  if (options.dispatcher_address.empty())
+    return absl::InvalidArgumentError("a worker needs --dispatcher HOST:PORT");
+  std::unique_ptr<Worker> w(new Worker(options));
+  w->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
+  w->service_ = std::make_unique<GrpcWorker>(w.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(StrCat("0.0.0.0:", options.port), grpc::InsecureServerCredentials(),
+                           &w->port_);
+  builder.RegisterService(w->service_.get());
+  builder.SetMaxSendMessageSize(-1);
+  w->server_ = builder.BuildAndStart();
+  if (w->server_ == nullptr || w->port_ == 0)
+    return absl::UnavailableError(
+        StrCat("worker cannot listen on port ", options.port, " (in use? choose another --port)"));
+  w->address_ = StrCat(options.host, ":", w->port_);
+  w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
+  return w;
+}
+
+Worker::~Worker() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (heartbeat_.joinable()) heartbeat_.join();
+  std::map<int64_t, std::unique_ptr<Task>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& [id, t] : tasks)
+    if (t->thread.joinable()) t->thread.join();
+}
+
+void Worker::HeartbeatLoop() {
+  auto backoff = options_.heartbeat_interval;
+  while (true) {
+    WorkerHeartbeatRequest req;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      req.set_worker_id(worker_id_);
+      req.set_failed_job(failed_job_);
+      req.set_task_error(task_error_);
+    }
+    req.set_address(address_);
+    WorkerHeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kRpcTimeout);
+    grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
+    std::vector<std::thread> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok()) {
+        SPDLOG_WARN("worker {}: heartbeat to dispatcher {} failed: {}; retrying", address_,
+                    options_.dispatcher_address, s.error_message());
+      } else {
+        if (worker_id_ != resp.worker_id())
+          SPDLOG_INFO("worker {}: registered as worker {}", address_, resp.worker_id());
+        worker_id_ = resp.worker_id();
+        if (failed_job_ == req.failed_job()) failed_job_ = 0;
+        std::set<int64_t> listed;
+        for (const stoker::service::Task& t : resp.tasks()) {
+          listed.insert(t.job_id());
+          if (tasks_.count(t.job_id())) continue;
+          auto task = std::make_unique<Worker::Task>();
+          task->job_id = t.job_id();
+          task->spec = t.spec_json();
+          task->sharding = t.sharding();
+          Worker::Task* raw = task.get();
+          tasks_[t.job_id()] = std::move(task);
+          raw->thread = StartThread(StrCat("task-", t.job_id()), [this, raw] { RunTask(raw); });
+        }
+        // A job no longer listed is finished (or failed): its consumer has everything.
+        for (auto it = tasks_.begin(); it != tasks_.end();) {
+          if (listed.count(it->first)) {
+            ++it;
+            continue;
+          }
+          it->second->cancelled = true;
+          if (it->second->producer_done) {
+            finished.push_back(std::move(it->second->thread));
+            it = tasks_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
+    }
+    for (auto& t : finished) t.join();
+  }
+}
+
+void Worker::RunTask(Task* task) {
+  absl::Status s = task->sharding == "off" ? RunWholePipeline(task) : RunDynamic(task);
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() && !Stopped(task)) {
+    SPDLOG_ERROR("worker {}: job {} failed: {}", address_, task->job_id, s.ToString());
+    failed_job_ = task->job_id;
+    task_error_ = std::string(s.message());
+  }
+  task->producer_done = true;
+}
+
+bool Worker::Push(Task* task, ElementData data) {
+  int64_t size = static_cast<int64_t>(data.payload().size()) + 64;
+  absl::MutexLock lock(&mu_);
+  auto room = [&] {
+    return Stopped(task) || task->buffer.empty() ||
+           task->buffered_bytes + size <= options_.buffer_bytes;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (Stopped(task)) return false;
+  data.set_index(task->next_index++);
+  if (task->buffer.empty()) task->first_index = data.index();
+  task->buffered_bytes += size;
+  task->buffer.push_back(std::move(data));
+  return true;
+}
+
+absl::Status Worker::RunWholePipeline(Task* task) {
+  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec));
+  auto it = pipeline->MakeIterator(0, options_.threads);
+  for (int64_t seq = 0;; ++seq) {
+    ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
+    if (!e) return absl::OkStatus();
+    ElementData d;
+    d.set_split_id(-1);
+    d.set_sequence(seq);
+    EncodeElement(*e, d.mutable_payload());
+    if (!Push(task, std::move(d))) return absl::OkStatus();
+  }
+}
+
+absl::Status Worker::RunDynamic(Task* task) {
+  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec));
+  const int64_t batch = BatchSize(pipeline->spec());
+  int64_t wanted = std::max<int64_t>(batch, 16);
+  while (true) {
+    GetSplitRequest req;
+    {
+      absl::MutexLock lock(&mu_);
+      auto room = [&] {
+        return Stopped(task) || task->buffered_bytes < options_.buffer_bytes / 2;
+      };
+      mu_.Await(absl::Condition(&room));
+      if (Stopped(task)) return absl::OkStatus();
+      req.set_worker_id(worker_id_);
+    }
+    req.set_job_id(task->job_id);
+    req.set_wanted_samples((wanted + batch - 1) / batch * batch);
+    GetSplitResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kRpcTimeout);
+    grpc::Status s = dispatcher_->GetSplit(&ctx, req, &resp);
+    if (!s.ok() || resp.kind() == GetSplitResponse::WAIT || req.worker_id() == 0) {
+      if (!s.ok() && s.error_code() == grpc::StatusCode::NOT_FOUND)
+        return FromGrpc(s, StrCat("GetSplit from dispatcher ", options_.dispatcher_address));
+      absl::MutexLock lock(&mu_);
+      auto stopped = [&] { return Stopped(task); };
+      mu_.AwaitWithTimeout(absl::Condition(&stopped), absl::Milliseconds(s.ok() ? 50 : 200));
+      continue;
+    }
+    if (resp.kind() == GetSplitResponse::END) return absl::OkStatus();
+    // Process the split through a fresh iterator, so that its elements are exactly its samples.
+    auto start = Clock::now();
+    OneSplit provider(resp.begin(), resp.end());
+    auto it = pipeline->MakeIterator(0, options_.threads, &provider);
+    std::optional<data::Element> prev;
+    int64_t seq = 0;
+    auto push = [&](const data::Element* e, bool last) {
+      ElementData d;
+      d.set_split_id(resp.split_id());
+      d.set_sequence(seq++);
+      d.set_last(last);
+      if (e == nullptr) {
+        d.set_empty(true);
+      } else {
+        EncodeElement(*e, d.mutable_payload());
+      }
+      return Push(task, std::move(d));
+    };
+    while (true) {
+      auto next = it->GetNext();
+      if (!next.ok())
+        return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
+                                              " [", resp.begin(), ", ", resp.end(), ")"));
+      if (!next->has_value()) break;
+      if (prev && !push(&*prev, false)) return absl::OkStatus();
+      prev = std::move(**next);
+    }
+    if (!push(prev ? &*prev : nullptr, true)) return absl::OkStatus();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    double per_second = (resp.end() - resp.begin()) / std::max(seconds, 1e-4);
+    double target = std::chrono::duration<double>(options_.split_target).count();
+    wanted = std::clamp<int64_t>(static_cast<int64_t>(per_second * target), 1, wanted * 4);
+  }
+}
+
+absl::Status Worker::GetElements(const GetElementsRequest& req, GetElementsResponse* resp) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(req.job_id());
+  if (it == tasks_.end()) return absl::OkStatus();  // not started here yet: nothing to give
+  Task* task = it->second.get();
+  while (!task->buffer.empty() && task->buffer.front().index() < req.next_index()) {
+    task->buffered_bytes -= static_cast<int64_t>(task->buffer.front().payload().size()) + 64;
+    task->buffer.pop_front();
+    ++task->first_index;
+  }
+  auto ready = [&] { return stopping_ || !task->buffer.empty() || task->producer_done; };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
+  int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
+  int64_t bytes = 0;
+  for (const ElementData& d : task->buffer) {
+    if (d.index() < req.next_index()) continue;
+    if (bytes > 0 && bytes + static_cast<int64_t>(d.payload().size()) > max_bytes) break;
+    bytes += d.payload().size();
+    *resp->add_elements() = d;
+  }
+  resp->set_end_of_stream(task->producer_done && resp->elements().empty() &&
+                          (task->buffer.empty() || task->buffer.back().index() < req.next_index()));
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::service

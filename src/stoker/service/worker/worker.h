@@ -1,0 +1,95 @@
+// A worker of the disaggregated service (docs/protocol.md; glossary in dispatcher/dispatcher.h).
+//
+// It registers with the dispatcher and heartbeats every heartbeat_interval; the reply lists the
+// tasks it should run. For each task it builds the job's pipeline and, with dynamic sharding, asks
+// the dispatcher for splits sized so that one takes about split_target to process, runs each split
+// through a fresh pipeline iterator, and appends the elements, tagged (split, sequence, last), to
+// the task's buffer. With sharding off it runs the whole pipeline. The buffer is bounded by
+// buffer_bytes: production waits while it is full. Clients read it with GetElements, giving the
+// index they want next; everything before that index is dropped then (never earlier, so a lost
+// response is asked for again and nothing is lost).
+//
+// Thread safety: all public methods are thread-safe. One mutex; no lock is held across an RPC.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include <grpcpp/server.h>
+
+#include "stoker/service.grpc.pb.h"
+#include "stoker/service.pb.h"
+
+
+namespace stoker::service {
+
+struct WorkerOptions {
+  std::string dispatcher_address;  // host:port
+  int port = 0;                    // 0: any free port
+  std::string host = "127.0.0.1";  // the host clients reach this worker at
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds split_target{100};  // processing time a split is sized for
+  int64_t buffer_bytes = int64_t{256} << 20;    // per task, of encoded elements
+  int threads = 0;                              // pipeline threads; 0: the spec's setting
+};
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);
+  ~Worker();  // stops serving, cancels tasks and joins every thread
+
+  int port() const { return port_; }
+  const std::string& address() const { return address_; }
+
+  // The Worker RPC (the gRPC adapter calls it).
+  absl::Status GetElements(const GetElementsRequest& req, GetElementsResponse* resp);
+
+ private:
+  struct Task {
+    int64_t job_id = 0;
+    std::string spec;
+    std::string sharding;
+    std::deque<ElementData> buffer;  // indices first_index, first_index + 1, ...
+    int64_t first_index = 0;
+    int64_t next_index = 0;  // given to the next element produced
+    int64_t buffered_bytes = 0;
+    bool producer_done = false;  // the task thread has returned
+    bool cancelled = false;
+    std::thread thread;
+  };
+
+  explicit Worker(const WorkerOptions& options);
+  void HeartbeatLoop();
+  void RunTask(Task* task);
+  absl::Status RunDynamic(Task* task);
+  absl::Status RunWholePipeline(Task* task);
+  // Appends an element to the task's buffer, waiting while the buffer is full. False if the task
+  // was cancelled or the worker is stopping.
+  bool Push(Task* task, ElementData data);
+  bool Stopped(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || task->cancelled;
+  }
+
+  const WorkerOptions options_;
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<DispatcherService::Stub> dispatcher_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread heartbeat_;
+
+  absl::Mutex mu_;
+  std::map<int64_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t failed_job_ ABSL_GUARDED_BY(mu_) = 0;  // to report in the next heartbeat
+  std::string task_error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace stoker::service
