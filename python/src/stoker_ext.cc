@@ -30,6 +30,9 @@
 #include "stoker/data/tensor.h"
 #include "stoker/io/object_store.h"
 #include "stoker/io/url.h"
+#ifdef STOKER_HAVE_SERVICE
+#include "stoker/service/client/client.h"
+#endif
 
 namespace py = pybind11;
 
@@ -200,6 +203,50 @@ class File {
   uint64_t size_ = 0;
 };
 
+#ifdef STOKER_HAVE_SERVICE
+// One consumer of a service job (service::ServiceClient): the same elements as Iterator, produced
+// by the service's workers.
+class ServiceIterator {
+ public:
+  ServiceIterator(const std::string& dispatcher, const std::string& job_name,
+                  const std::string& spec_json, const std::string& sharding) {
+    service::ServiceClientOptions options;
+    options.dispatcher_address = dispatcher;
+    options.job_name = job_name;
+    options.sharding = sharding;
+    absl::StatusOr<std::unique_ptr<service::ServiceClient>> client;
+    {
+      py::gil_scoped_release release;
+      client = service::ServiceClient::Open(options, spec_json);
+    }
+    client_ = ValueOrRaise(std::move(client));
+  }
+
+  py::dict Next() {
+    if (client_ == nullptr) throw py::stop_iteration();
+    absl::StatusOr<std::optional<data::Element>> next;
+    {
+      py::gil_scoped_release release;
+      next = client_->GetNext();
+    }
+    if (!next.ok()) Raise(next.status());
+    if (!next->has_value()) throw py::stop_iteration();
+    return ElementToDict(**next);
+  }
+
+  int64_t job_id() const { return client_ ? client_->job_id() : -1; }
+
+  // Destroying the client joins its threads, which never take the GIL.
+  void Close() {
+    py::gil_scoped_release release;
+    client_.reset();
+  }
+
+ private:
+  std::unique_ptr<service::ServiceClient> client_;
+};
+#endif
+
 py::list Ls(const std::string& url, bool recursive) {
   io::StoreAndKey target = ValueOrRaise(io::OpenUrl(url));
   py::list out;
@@ -316,4 +363,18 @@ PYBIND11_MODULE(_stoker, m) {
       .def("read_range", &File::ReadRange, py::arg("offset"), py::arg("length"));
 
   m.def("ls", &Ls, py::arg("url"), py::arg("recursive") = false);
+
+#ifdef STOKER_HAVE_SERVICE
+  m.attr("HAVE_SERVICE") = true;
+  py::class_<ServiceIterator>(m, "ServiceIterator")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
+           py::arg("dispatcher"), py::arg("job_name"), py::arg("spec_json"),
+           py::arg("sharding") = "dynamic")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &ServiceIterator::Next)
+      .def("close", &ServiceIterator::Close)
+      .def_property_readonly("job_id", &ServiceIterator::job_id);
+#else
+  m.attr("HAVE_SERVICE") = false;
+#endif
 }

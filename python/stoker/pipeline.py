@@ -115,12 +115,23 @@ class Pipeline:
         return self.op("prefetch", buffer=buffer)
 
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
-                   deterministic=None):
-        """Runs this pipeline on the stoker service. Not available yet: the Python binding of the
-        service client is not built (docs/python.md, "Service")."""
-        raise NotImplementedError(
-            "Pipeline.distribute: this build has no service client binding; run in-process "
-            "(iterate the pipeline directly) — see docs/python.md")
+                   deterministic=None, sharding="dynamic"):
+        """The same pipeline, run by the stoker service's workers (dispatcher "host:port").
+        Consumers that give the same job_name share one job (each element goes to one of them);
+        without a name the job is this consumer's own. deterministic sets the spec's key.
+        num_consumers / consumer_index (coordinated reads) are not supported by the service
+        client yet: only None or 1 / 0."""
+        if not getattr(_stoker, "HAVE_SERVICE", False):
+            raise NotImplementedError(
+                "Pipeline.distribute: this build has no service client (src/stoker/service); "
+                "run in-process by iterating the pipeline")
+        if num_consumers not in (None, 1) or consumer_index not in (None, 0):
+            raise NotImplementedError("distribute: num_consumers/consumer_index (coordinated "
+                                      "reads) are not supported by the service client yet")
+        spec = self.spec
+        if deterministic is not None:
+            spec["deterministic"] = bool(deterministic)
+        return DistributedPipeline(Pipeline(spec), dispatcher, job_name or "", sharding)
 
     # --- running ------------------------------------------------------------------------------
     def _compile(self):
@@ -192,6 +203,52 @@ class Iterator:
                              f"{state.get('fingerprint')}, this one {self._pipeline.fingerprint})")
         self._native.restore(state["stoker_token"])
         self._epoch = state.get("epoch", self._epoch)
+
+
+class DistributedPipeline:
+    """A Pipeline served by the stoker service: iterate it like a Pipeline. Each iteration is one
+    pass over the job's data (for epoch e of a named job, the job "<job_name>/epoch-<e>").
+    state_dict() is not available through the service yet."""
+
+    def __init__(self, pipeline, dispatcher, job_name, sharding):
+        self.pipeline = pipeline
+        self.dispatcher = dispatcher
+        self.job_name = job_name
+        self.sharding = sharding
+        pipeline._compile()  # a bad spec fails here, with its JSON path, not on the service
+
+    @property
+    def spec(self):
+        return self.pipeline.spec
+
+    def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
+        """rank/world_size are ignored: the job's consumers share its data dynamically."""
+        name = f"{self.job_name}/epoch-{epoch}" if self.job_name and epoch else self.job_name
+        return ServiceIterator(_stoker.ServiceIterator(self.dispatcher, name,
+                                                       self.pipeline.to_json(), self.sharding))
+
+    def __iter__(self):
+        return self.iterator()
+
+
+class ServiceIterator:
+    def __init__(self, native):
+        self._native = native
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._native.__next__()
+
+    def close(self):
+        self._native.close()
+
+    def state_dict(self):
+        raise NotImplementedError("state_dict through the service is not supported yet")
+
+    def load_state_dict(self, state):
+        raise NotImplementedError("load_state_dict through the service is not supported yet")
 
 
 def _given(**params):

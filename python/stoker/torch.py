@@ -37,7 +37,7 @@ class IterableDataset(_torch.utils.data.IterableDataset):
     def __init__(self, pipeline, epoch=0, rank=None, world_size=None, pin_memory=False,
                  threads=0):
         super().__init__()
-        if not isinstance(pipeline, Pipeline):
+        if not hasattr(pipeline, "iterator"):  # a Pipeline or pipe.distribute(...) is used as is
             pipeline = Pipeline.from_spec(pipeline)
         default_rank, default_world = _default_rank_world()
         self.pipeline = pipeline

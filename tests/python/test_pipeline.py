@@ -1,5 +1,6 @@
 import gc
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -115,6 +116,38 @@ def test_range_source_values():
     assert out[0]["__keys__"] == ["0", "1", "2", "3"]
 
 
+@pytest.mark.skipif(stoker._stoker.HAVE_SERVICE, reason="built with the service client")
 def test_distribute_is_reported_unavailable():
     with pytest.raises(NotImplementedError, match="in-process"):
         stoker.memory_range(3).distribute(dispatcher="localhost:1")
+
+
+@pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE, reason="built without the service client")
+def test_distribute_delivers_the_same_samples(shards, stoker_bin, tmp_path):
+    """A real dispatcher and worker (separate processes): the job delivers every sample once."""
+    if subprocess.run([stoker_bin, "dispatcher", "--help"], capture_output=True).returncode != 0:
+        pytest.skip("this stoker CLI has no dispatcher command")
+    dispatcher = subprocess.Popen([stoker_bin, "dispatcher", "--port", "0", "--http-port", "0",
+                                   "--work-dir", str(tmp_path / "dispatcher")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    worker = None
+    try:
+        line = dispatcher.stdout.readline()                  # "dispatcher: serving on port N, ..."
+        port = int(re.search(r"port (\d+)", line).group(1))
+        address = f"127.0.0.1:{port}"
+        worker = subprocess.Popen([stoker_bin, "worker", "--dispatcher", address],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pipe = stoker.Pipeline.from_spec(image_spec(shards))
+        local = sorted(k for b in pipe for k in b["__keys__"])
+        served = pipe.distribute(dispatcher=address, job_name="pytest")
+        batches = list(served)
+        assert sorted(k for b in batches for k in b["__keys__"]) == local
+        assert all(b["jpg"].shape[1:] == (32, 32, 3) for b in batches)
+        assert isinstance(batches[0]["jpg"].base, stoker.Buffer)
+        with pytest.raises(NotImplementedError):
+            pipe.distribute(dispatcher=address, num_consumers=2, consumer_index=1)
+    finally:
+        for p in (worker, dispatcher):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=30)
