@@ -6,8 +6,9 @@
 
 The data arrive as torch tensors through stoker.torch.IterableDataset and a
 DataLoader(batch_size=None, num_workers=0): stoker decodes, crops, flips, normalises and batches in
-C++ threads, so the Python loop only trains. --dispatcher HOST:PORT would run the same pipeline on
-the stoker service (Pipeline.distribute); in-process is the default.
+C++ threads, so the Python loop only trains. --dispatcher HOST:PORT runs the same pipeline on the
+stoker service (one call: Pipeline.distribute; start `stoker dispatcher` and `stoker worker` first);
+in-process is the default.
 Needs PYTHONPATH to hold the built package (build/python) unless stoker is installed.
 """
 import argparse
