@@ -58,9 +58,10 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
-  std::printf("dispatcher: serving on port %d, /healthz on port %d, journal in %s\n",
-              dispatcher->port(), health->port(),
-              o.work_dir.empty() ? "(none)" : o.work_dir.c_str());
+  std::printf("dispatcher: serving on port %d, /healthz on port %d, journal in %s (%lld updates "
+              "replayed)\n",
+              dispatcher->port(), health->port(), o.work_dir.empty() ? "(none)" : o.work_dir.c_str(),
+              static_cast<long long>(dispatcher->updates_applied()));
   std::fflush(stdout);
   WaitForSignal();
   return absl::OkStatus();

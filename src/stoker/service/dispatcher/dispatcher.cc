@@ -204,6 +204,18 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
     resp->set_kind(GetSplitResponse::WAIT);
     return absl::OkStatus();
   }
+  // A lease whose reply the worker never got (it names an older split) is given again.
+  if (auto it = job->last_lease.find(req.worker_id());
+      it != job->last_lease.end() && it->second != req.last_split_id()) {
+    const auto& s = job->splits.at(it->second);
+    if (!s.done && s.worker_id == req.worker_id()) {
+      resp->set_kind(GetSplitResponse::SPLIT);
+      resp->set_split_id(it->second);
+      resp->set_begin(s.begin);
+      resp->set_end(s.end);
+      return absl::OkStatus();
+    }
+  }
   if (!job->pending.empty()) {
     int64_t split_id = job->pending.front();
     RETURN_IF_ERROR(Update({{"type", "lease_split"},

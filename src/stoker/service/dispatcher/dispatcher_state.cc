@@ -70,6 +70,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       int64_t id = u.at("worker_id");
       workers_.erase(id);
       for (auto& [job_id, job] : jobs_) {
+        job.last_lease.erase(id);
         for (auto& [split_id, split] : job.splits) {
           if (split.worker_id == id && !split.done) {
             split.worker_id = 0;
@@ -90,6 +91,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (s.begin != job->next_sample || s.end <= s.begin || s.end > job->num_samples)
         return absl::InvalidArgumentError(StrCat("split out of order: ", u.dump()));
       job->next_sample = s.end;
+      job->last_lease[s.worker_id] = u.at("split_id");
       job->splits[u.at("split_id")] = s;
       return absl::OkStatus();
     }
@@ -98,6 +100,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       auto it = job->splits.find(split_id);
       if (it == job->splits.end()) return absl::NotFoundError(StrCat("no split: ", u.dump()));
       it->second.worker_id = u.at("worker_id");
+      job->last_lease[it->second.worker_id] = split_id;
       std::erase(job->pending, split_id);
       return absl::OkStatus();
     }

@@ -50,6 +50,7 @@ class DispatcherState {
     int64_t done_splits = 0;
     std::set<int64_t> ended_workers;  // sharding off
     std::string error;
+    std::map<int64_t, int64_t> last_lease;  // worker id -> the split it was leased last
   };
   struct Worker {
     int64_t id = 0;

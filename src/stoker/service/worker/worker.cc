@@ -202,6 +202,7 @@ absl::Status Worker::RunDynamic(Task* task) {
   ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec));
   const int64_t batch = BatchSize(pipeline->spec());
   int64_t wanted = std::max<int64_t>(batch, 16);
+  int64_t last_split_id = -1;
   while (true) {
     GetSplitRequest req;
     {
@@ -214,6 +215,7 @@ absl::Status Worker::RunDynamic(Task* task) {
       req.set_worker_id(worker_id_);
     }
     req.set_job_id(task->job_id);
+    req.set_last_split_id(last_split_id);
     req.set_wanted_samples((wanted + batch - 1) / batch * batch);
     GetSplitResponse resp;
     grpc::ClientContext ctx;
@@ -228,6 +230,7 @@ absl::Status Worker::RunDynamic(Task* task) {
       continue;
     }
     if (resp.kind() == GetSplitResponse::END) return absl::OkStatus();
+    last_split_id = resp.split_id();
     // Process the split through a fresh iterator, so that its elements are exactly its samples.
     auto start = Clock::now();
     OneSplit provider(resp.begin(), resp.end());

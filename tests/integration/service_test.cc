@@ -1,0 +1,146 @@
+// The disaggregated service end to end, with real processes on loopback: `stoker dispatcher`,
+// N × `stoker worker` and `stoker consume --print-keys`. Every test checks that each key of the
+// epoch is delivered exactly once, also when workers or the dispatcher are killed with SIGKILL.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "service_cluster.h"
+#include "stoker/testing/subprocess.h"
+
+namespace stoker::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string WriteSpec(const std::string& dir, int n) {
+  std::string path = dir + "/spec.json";
+  std::ofstream(path) << "{\"source\": {\"range\": " << n
+                      << "}, \"ops\": [{\"op\": \"shuffle\", \"seed\": 3}]}";
+  return path;
+}
+
+// Checks that consume.out holds every key 0..n-1 exactly once.
+void ExpectExactlyOnce(const ServiceCluster& cluster, int n) {
+  std::istringstream in(ReadWholeFile(cluster.dir() + "/consume.out"));
+  std::map<std::string, int> seen;
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++seen[line];
+    ++lines;
+  }
+  int missing = 0, doubled = 0;
+  for (int i = 0; i < n; ++i) {
+    int c = seen.count(std::to_string(i)) ? seen[std::to_string(i)] : 0;
+    missing += c == 0;
+    doubled += c > 1;
+  }
+  EXPECT_EQ(lines, n) << ReadWholeFile(cluster.dir() + "/consume.err");
+  EXPECT_EQ(missing, 0);
+  EXPECT_EQ(doubled, 0);
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = MakeTempDir("stoker-service-test");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!HasFailure()) std::filesystem::remove_all(dir_, ec);
+  }
+  // A fresh folder per trial.
+  std::string TrialDir(const std::string& name) {
+    std::string d = dir_ + "/" + name;
+    std::filesystem::create_directories(d);
+    return d;
+  }
+  std::string dir_;
+};
+
+TEST_F(ServiceTest, OneEpochThrough1And2And4Workers) {
+  for (int workers : {1, 2, 4}) {
+    SCOPED_TRACE(workers);
+    ServiceCluster cluster(TrialDir("w" + std::to_string(workers)));
+    const int n = 3000;
+    std::string spec = WriteSpec(cluster.dir(), n);
+    cluster.StartDispatcher();
+    for (int i = 0; i < workers; ++i) cluster.AddWorker();
+    auto consume = cluster.StartConsume(spec);
+    ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+        << ReadWholeFile(cluster.dir() + "/consume.err");
+    ExpectExactlyOnce(cluster, n);
+  }
+}
+
+TEST_F(ServiceTest, KilledWorkerLosesNothing) {
+  std::mt19937 rng(12345);
+  for (int trial = 0; trial < 10; ++trial) {
+    SCOPED_TRACE(trial);
+    ServiceCluster cluster(TrialDir("kill" + std::to_string(trial)));
+    const int n = 100000;
+    std::string spec = WriteSpec(cluster.dir(), n);
+    cluster.StartDispatcher();
+    cluster.AddWorker();
+    cluster.AddWorker();
+    auto consume = cluster.StartConsume(spec);
+    // A random point of the epoch (the kill itself is the event under test, not a synchronisation).
+    std::this_thread::sleep_for(milliseconds(rng() % 400));
+    cluster.worker(static_cast<int>(rng() % 2)).Kill9();
+    ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+        << ReadWholeFile(cluster.dir() + "/consume.err");
+    ExpectExactlyOnce(cluster, n);
+  }
+}
+
+TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
+  ServiceCluster cluster(TrialDir("dispatcher"));
+  const int n = 100000;
+  std::string spec = WriteSpec(cluster.dir(), n);
+  cluster.StartDispatcher();
+  cluster.AddWorker();
+  cluster.AddWorker();
+  auto consume = cluster.StartConsume(spec);
+  // Wait (with a deadline) until the epoch is under way: keys are arriving.
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (ReadWholeFile(cluster.dir() + "/consume.out").size() < 2000 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  cluster.dispatcher().Kill9();
+  cluster.StartDispatcher();  // same port and work dir: replays the journal
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ExpectExactlyOnce(cluster, n);
+  // The restarted dispatcher's line (its stdout file was truncated at restart) names the replay.
+  std::string line = ReadWholeFile(cluster.dir() + "/dispatcher.out");
+  EXPECT_NE(line.find("updates replayed"), std::string::npos) << line;
+  EXPECT_EQ(line.find("(0 updates replayed)"), std::string::npos) << line;
+}
+
+TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {
+  ServiceCluster cluster(TrialDir("added"));
+  const int n = 200000;
+  std::string spec = WriteSpec(cluster.dir(), n);
+  cluster.StartDispatcher();
+  cluster.AddWorker();
+  auto consume = cluster.StartConsume(spec);
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (ReadWholeFile(cluster.dir() + "/consume.out").empty() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  cluster.AddWorker();
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ExpectExactlyOnce(cluster, n);
+  // The journal records who got each split: the second worker (id 2) got some.
+  std::string journal = ReadWholeFile(cluster.dir() + "/work/journal.jsonl");
+  EXPECT_NE(journal.find("\"type\":\"create_split\",\"worker_id\":2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker::testing
