@@ -191,7 +191,7 @@ void DrawProgress(int64_t done, int64_t total, double seconds) {
   int filled = total > 0 ? static_cast<int>(width * done / total) : 0;
   std::string bar(filled, '#');
   bar.append(width - filled, '.');
-  std::fprintf(stderr, "\r  [%s] %lld/%lld batches  %.0f images/s", bar.c_str(),
+  std::fprintf(stderr, "\r  [%s] %lld/%lld batches  %.0f batches/s", bar.c_str(),
                static_cast<long long>(done), static_cast<long long>(total),
                seconds > 0 ? done / seconds : 0.0);
   std::fflush(stderr);
