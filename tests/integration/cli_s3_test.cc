@@ -40,13 +40,10 @@ class CliS3Test : public testing::S3ServerTest {
       ASSERT_TRUE(s3().CreateBucket("cli").ok());
       created = true;
     }
-    auto dir = testing::MakeTempDir("stoker-cli-test");
-    ASSERT_TRUE(dir.ok());
-    dir_ = *dir;
   }
-  void TearDown() override { std::system(StrCat("rm -rf ", dir_).c_str()); }
 
-  std::string dir_;
+  testing::ScopedTempDir temp_dir_{"stoker-cli-test"};
+  const std::string& dir_ = temp_dir_.path();
 };
 
 TEST_F(CliS3Test, CpUpIsReadBackByteExactByTheAwsCli) {

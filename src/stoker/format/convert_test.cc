@@ -12,25 +12,13 @@
 #include "stoker/core/strings.h"
 #include "stoker/format/dataset.h"
 #include "stoker/format/tfrecord.h"
+#include "stoker/testing/subprocess.h"
 
 namespace stoker::format {
 namespace {
 
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "stoker-convert-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string Bytes(int seed, size_t size) {
   std::string s(size, '\0');
@@ -68,7 +56,7 @@ void ExpectDataset(const std::string& url, const Expected& expected) {
 }
 
 TEST(ConvertTest, FolderTree) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-convert");
   Expected expected;
   std::vector<std::string> classes = {"zebra", "ant", "moose"};  // sorted: ant=0 moose=1 zebra=2
   std::map<std::string, int> index = {{"ant", 0}, {"moose", 1}, {"zebra", 2}};
@@ -99,7 +87,7 @@ TEST(ConvertTest, FolderTree) {
 }
 
 TEST(ConvertTest, FolderTreeMustHaveClassFolders) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-convert");
   WriteFile(dir.path() + "/src/loose.jpg", "x");
   auto summary = Convert(dir.path() + "/src", dir.path() + "/out");
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
@@ -107,7 +95,7 @@ TEST(ConvertTest, FolderTreeMustHaveClassFolders) {
 }
 
 TEST(ConvertTest, GnuTarWebDatasets) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-convert");
   Expected expected;
   for (int part = 0; part < 3; ++part) {
     std::string folder = StrCat(dir.path(), "/wds", part);
@@ -140,7 +128,7 @@ TEST(ConvertTest, GnuTarWebDatasets) {
 }
 
 TEST(ConvertTest, TfRecordFiles) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-convert");
   Expected expected;
   auto writer = tfrecord::TfRecordWriter::Open(dir.path() + "/in/train.tfrecord");
   ASSERT_TRUE(writer.ok());

@@ -15,25 +15,13 @@
 #include "stoker/format/tar.h"
 #include "stoker/format/tfrecord.h"
 #include "stoker/io/url.h"
+#include "stoker/testing/subprocess.h"
 
 namespace stoker::format {
 namespace {
 
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "stoker-stream-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 void WriteFile(const std::string& path, std::string_view bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -142,7 +130,7 @@ TEST(TfRecordTest, CorruptDataIsDataLossOrSkipped) {
 }
 
 TEST(TarTest, ReadsAGnuTarWebDataset) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-stream");
   std::string src = dir.path() + "/src";
   for (int i = 0; i < 5; ++i) {
     WriteFile(StrCat(src, "/train/s", i, ".jpg"), std::string(700 * i + 3, static_cast<char>(i)));
@@ -173,7 +161,7 @@ TEST(TarTest, ReadsAGnuTarWebDataset) {
 }
 
 TEST(TarTest, RejectsAbsoluteAndParentPaths) {
-  TempDir dir;
+  testing::ScopedTempDir dir("stoker-stream");
   WriteFile(dir.path() + "/a/x.txt", "x");
   std::string abs_tar = dir.path() + "/abs.tar";
   ASSERT_EQ(

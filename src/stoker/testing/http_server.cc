@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "stoker/core/strings.h"
@@ -68,20 +67,7 @@ absl::StatusOr<std::unique_ptr<HttpTestServer>> HttpTestServer::Start(std::strin
 }
 
 absl::StatusOr<HttpTestServer*> HttpTestServer::Shared() {
-  // The owner is a static: its destructor stops nginx at exit.
-  static std::once_flag once;
-  static absl::Status* error = nullptr;
-  static std::unique_ptr<HttpTestServer> owner;
-  std::call_once(once, [] {
-    absl::StatusOr<std::unique_ptr<HttpTestServer>> started = Start();
-    if (started.ok()) {
-      owner = std::move(*started);
-    } else {
-      error = new absl::Status(started.status());
-    }
-  });
-  if (error != nullptr) return *error;
-  return owner.get();
+  return SharedInstance<HttpTestServer>([] { return Start(); });
 }
 
 HttpTestServer::~HttpTestServer() { Stop().IgnoreError(); }

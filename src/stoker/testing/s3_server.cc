@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "stoker/core/strings.h"
@@ -84,20 +83,7 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
 }
 
 absl::StatusOr<S3TestServer*> S3TestServer::Shared() {
-  // The owner is a static: its destructor stops the servers at exit.
-  static std::once_flag once;
-  static absl::Status* error = nullptr;
-  static std::unique_ptr<S3TestServer> owner;
-  std::call_once(once, [] {
-    absl::StatusOr<std::unique_ptr<S3TestServer>> started = Start();
-    if (started.ok()) {
-      owner = std::move(*started);
-    } else {
-      error = new absl::Status(started.status());
-    }
-  });
-  if (error != nullptr) return *error;
-  return owner.get();
+  return SharedInstance<S3TestServer>([] { return Start(); });
 }
 
 S3TestServer::~S3TestServer() { Stop().IgnoreError(); }

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "stoker/core/strings.h"
@@ -118,6 +120,20 @@ absl::StatusOr<std::string> MakeTempDir(std::string_view prefix) {
                                       std::strerror(errno), "; check TMPDIR"));
   }
   return path;
+}
+
+ScopedTempDir::ScopedTempDir(std::string_view prefix) {
+  absl::StatusOr<std::string> path = MakeTempDir(prefix);
+  if (!path.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(path.status().message()).c_str());
+    std::abort();
+  }
+  path_ = *std::move(path);
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 std::string SourceDir() {
