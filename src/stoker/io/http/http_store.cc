@@ -1,5 +1,7 @@
 #include "stoker/io/http/http_store.h"
 
+#include <future>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -38,27 +40,37 @@ HttpStore::HttpStore(std::string base, HttpTransport* transport, RetryPolicy ret
 
 std::string HttpStore::Url(std::string_view key) const { return StrCat(base_, "/", key); }
 
-absl::StatusOr<ObjectInfo> HttpStore::Stat(std::string_view key) {
+void HttpStore::StatAsync(std::string key,
+                          absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done) {
   std::string url = StrCat(base_, "/", EncodePath(key));
   std::string display = Url(key);
-  ASSIGN_OR_RETURN(
-      HttpResponse response,
-      SendWithRetriesSync(
-          *transport_, retry_,
-          [&](int) -> absl::StatusOr<HttpRequest> { return HttpRequest{"HEAD", url}; },
-          [&](HttpResponse r) -> absl::StatusOr<HttpResponse> {
-            if (r.status != 200) return HttpStatusToStatus(r.status, display);
-            return r;
-          }));
-  ObjectInfo info;
-  info.key = std::string(key);
-  if (!absl::SimpleAtoi(response.Header("content-length"), &info.size)) {
-    return absl::UnimplementedError(
-        StrCat(display, ": the server sent no Content-Length, so its size is unknown"));
-  }
-  info.etag = response.Header("etag");
-  info.mtime = HttpTimeOrEpoch(response.Header("last-modified"));
-  return info;
+  SendWithRetries(
+      *transport_, retry_,
+      [url](int) -> absl::StatusOr<HttpRequest> { return HttpRequest{"HEAD", url}; },
+      [display](HttpResponse r) -> absl::StatusOr<HttpResponse> {
+        if (r.status != 200) return HttpStatusToStatus(r.status, display);
+        return r;
+      },
+      [key, display, done = std::move(done)](absl::StatusOr<HttpResponse> response) mutable {
+        if (!response.ok()) return std::move(done)(response.status());
+        ObjectInfo info;
+        info.key = key;
+        if (!absl::SimpleAtoi(response->Header("content-length"), &info.size)) {
+          return std::move(done)(absl::UnimplementedError(
+              StrCat(display, ": the server sent no Content-Length, so its size is unknown")));
+        }
+        info.etag = response->Header("etag");
+        info.mtime = HttpTimeOrEpoch(response->Header("last-modified"));
+        std::move(done)(std::move(info));
+      });
+}
+
+absl::StatusOr<ObjectInfo> HttpStore::Stat(std::string_view key) {
+  std::promise<absl::StatusOr<ObjectInfo>> promise;
+  auto future = promise.get_future();
+  StatAsync(std::string(key),
+            [&promise](absl::StatusOr<ObjectInfo> info) { promise.set_value(std::move(info)); });
+  return future.get();
 }
 
 absl::StatusOr<ListResult> HttpStore::List(const ListOptions& options) {
@@ -108,14 +120,18 @@ void HttpStore::ReadAsync(ReadRequest request, ReadCallback done) {
   std::string display = Url(request.key);
   if (request.range.length == 0) {
     // An empty range cannot be expressed as an HTTP Range; check the offset against the size.
-    auto info = Stat(request.key);
-    if (!info.ok()) return std::move(done)(info.status());
-    if (request.range.offset > info->size) {
-      return std::move(done)(absl::OutOfRangeError(
-          StrCat("read of ", display, " at offset ", request.range.offset,
-                 " is past the end of the object (", info->size, " bytes)")));
-    }
-    return std::move(done)(Buffer());
+    // Asynchronously: this may run on the transport thread, which must never wait on a request.
+    uint64_t offset = request.range.offset;
+    return StatAsync(request.key, [offset, display, done = std::move(done)](
+                                      absl::StatusOr<ObjectInfo> info) mutable {
+      if (!info.ok()) return std::move(done)(info.status());
+      if (offset > info->size) {
+        return std::move(done)(absl::OutOfRangeError(
+            StrCat("read of ", display, " at offset ", offset, " is past the end of the object (",
+                   info->size, " bytes)")));
+      }
+      std::move(done)(Buffer());
+    });
   }
   std::string url = StrCat(base_, "/", EncodePath(request.key));
   ByteRange range = request.range;

@@ -25,6 +25,9 @@ class HttpStore : public ObjectStore {
   absl::Status Delete(std::string_view key) override;
 
  private:
+  // Stat without blocking; `done` runs on the transport thread.
+  void StatAsync(std::string key, absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done);
+
   const std::string base_;
   HttpTransport* const transport_;
   const RetryPolicy retry_;
