@@ -63,12 +63,16 @@ class Process {
     ::waitpid(pid_, &status_, 0);
     exited_ = true;
   }
+  // Whether the process has ended (without waiting).
+  bool Exited() {
+    if (!exited_ && ::waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
+    return exited_;
+  }
   // The exit code once the process ended within `timeout`; -1 on timeout (it is killed then).
   int Wait(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
-      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
+      if (Exited()) {
         return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a child, no sync

@@ -22,8 +22,9 @@ std::string WriteSpec(const std::string& dir, int n) {
   return path;
 }
 
-// Checks that consume.out holds every key 0..n-1 exactly once.
-void ExpectExactlyOnce(const ServiceCluster& cluster, int n) {
+// Checks that consume.out holds every key 0..n-1 exactly `copies` times (sharding off: once per
+// worker).
+void ExpectExactlyOnce(const ServiceCluster& cluster, int n, int copies = 1) {
   std::istringstream in(ReadWholeFile(cluster.dir() + "/consume.out"));
   std::map<std::string, int> seen;
   std::string line;
@@ -35,10 +36,10 @@ void ExpectExactlyOnce(const ServiceCluster& cluster, int n) {
   int missing = 0, doubled = 0;
   for (int i = 0; i < n; ++i) {
     int c = seen.count(std::to_string(i)) ? seen[std::to_string(i)] : 0;
-    missing += c == 0;
-    doubled += c > 1;
+    missing += c < copies;
+    doubled += c > copies;
   }
-  EXPECT_EQ(lines, n) << ReadWholeFile(cluster.dir() + "/consume.err");
+  EXPECT_EQ(lines, n * copies) << ReadWholeFile(cluster.dir() + "/consume.err");
   EXPECT_EQ(missing, 0);
   EXPECT_EQ(doubled, 0);
 }
@@ -100,7 +101,7 @@ TEST_F(ServiceTest, KilledWorkerLosesNothing) {
 
 TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   ServiceCluster cluster(TrialDir("dispatcher"));
-  const int n = 100000;
+  const int n = 400000;
   std::string spec = WriteSpec(cluster.dir(), n);
   cluster.StartDispatcher();
   cluster.AddWorker();
@@ -111,6 +112,7 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   while (ReadWholeFile(cluster.dir() + "/consume.out").size() < 2000 &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_FALSE(consume->Exited()) << "the epoch ended before the dispatcher was killed";
   cluster.dispatcher().Kill9();
   cluster.StartDispatcher();  // same port and work dir: replays the journal
   ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
@@ -120,6 +122,39 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   std::string line = ReadWholeFile(cluster.dir() + "/dispatcher.out");
   EXPECT_NE(line.find("updates replayed"), std::string::npos) << line;
   EXPECT_EQ(line.find("(0 updates replayed)"), std::string::npos) << line;
+}
+
+// Compressed payloads (zstd, lz4) with one request or several in flight per worker, and sharding
+// off (every worker runs the whole pipeline: each key once per worker).
+TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
+  struct Trial {
+    std::string name;
+    std::vector<std::string> flags;
+    int copies;
+  };
+  for (const Trial& t : {Trial{"zstd", {"--compression", "zstd"}, 1},
+                         Trial{"lz4-1", {"--compression", "lz4", "--requests-per-worker", "1"}, 1},
+                         Trial{"off", {"--sharding", "off", "--requests-per-worker", "3"}, 2}}) {
+    SCOPED_TRACE(t.name);
+    ServiceCluster cluster(TrialDir(t.name));
+    const int n = 20000;
+    std::string spec = WriteSpec(cluster.dir(), n);
+    cluster.StartDispatcher();
+    cluster.AddWorker();
+    cluster.AddWorker();
+    if (t.name == "off") {
+      // Both workers must be registered before the job starts, or one may run it alone.
+      auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+      while (ReadWholeFile(cluster.dir() + "/work/journal.jsonl").find("\"worker_id\":2") ==
+                 std::string::npos &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    auto consume = cluster.StartConsume(spec, t.flags);
+    ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+        << ReadWholeFile(cluster.dir() + "/consume.err");
+    ExpectExactlyOnce(cluster, n, t.copies);
+  }
 }
 
 TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {

@@ -79,6 +79,7 @@ struct WorkerCliOptions {
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
   BlockStopSignals();
+  KeepDataPathAllocationsOnHeap();
   service::WorkerOptions options;
   options.dispatcher_address = o.dispatcher;
   options.port = o.port;
@@ -100,6 +101,8 @@ struct ConsumeOptions {
   std::string spec;
   std::string job_name;
   std::string sharding = "dynamic";
+  std::string compression = "none";
+  int requests_per_worker = 2;
   int64_t max_elements = -1;
   bool print_keys = false;
   int http_port = -1;
@@ -120,6 +123,7 @@ double Seconds(Clock::time_point start) {
 
 absl::Status RunConsume(const ConsumeOptions& o) {
   ASSIGN_OR_RETURN(std::string spec, ReadFile(o.spec));
+  KeepDataPathAllocationsOnHeap();
   std::unique_ptr<service::HealthServer> health;
   if (o.http_port >= 0) {
     ASSIGN_OR_RETURN(health, service::HealthServer::Start(o.http_port));
@@ -128,6 +132,8 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.dispatcher_address = o.dispatcher;
   options.job_name = o.job_name;
   options.sharding = o.sharding;
+  options.compression = o.compression;
+  options.requests_per_worker = o.requests_per_worker;
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(options, spec));
@@ -198,6 +204,7 @@ void DrawProgress(int64_t done, int64_t total, double seconds) {
 }
 
 absl::Status RunDemo(const DemoOptions& o) {
+  KeepDataPathAllocationsOnHeap();
   std::string dir = o.dir;
   bool remove_dir = false;
   if (dir.empty()) {
@@ -325,6 +332,13 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   c->add_option("--sharding", consume_options.sharding,
                 "dynamic (each sample once, split by split) or off (every worker runs it all)")
       ->check(CLI::IsMember({"dynamic", "off"}));
+  c->add_option("--compression", consume_options.compression,
+                "compress element payloads on the wire: none (default), zstd or lz4; pays off "
+                "when the network, not the workers' CPU, limits the job")
+      ->check(CLI::IsMember({"none", "zstd", "lz4"}));
+  c->add_option("--requests-per-worker", consume_options.requests_per_worker,
+                "element requests in flight to each worker (default 2)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
   c->add_flag("--print-keys", consume_options.print_keys,
               "print the key of every delivered sample, one a line, in delivery order");

@@ -24,6 +24,9 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   if (options.sharding != "dynamic" && options.sharding != "off")
     return absl::InvalidArgumentError(
         StrCat("unknown sharding '", options.sharding, "': use 'dynamic' or 'off'"));
+  RETURN_IF_ERROR(ParseCompression(options.compression).status());
+  if (options.requests_per_worker < 1)
+    return absl::InvalidArgumentError("requests_per_worker must be at least 1");
   ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(spec_json));
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
@@ -33,6 +36,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   req.set_num_samples(pipeline->source_size().value_or(0));
   req.set_job_name(options.job_name);
   req.set_sharding(options.sharding);
+  req.set_compression(options.compression);
   auto deadline = Clock::now() + options.dispatcher_patience;
   auto backoff = std::chrono::milliseconds(50);
   while (true) {
@@ -67,7 +71,7 @@ ServiceClient::~ServiceClient() {
     fetchers.swap(fetchers_);
   }
   for (auto& [id, f] : fetchers)
-    if (f->thread.joinable()) f->thread.join();
+    for (auto& t : f->threads) t.join();
 }
 
 ServiceClientStats ServiceClient::stats() const {
@@ -105,9 +109,11 @@ void ServiceClient::HeartbeatLoop() {
         auto f = std::make_unique<Fetcher>();
         f->worker_id = w.worker_id();
         f->address = w.address();
+        f->stub = WorkerService::NewStub(MakeChannel(w.address()));
         Fetcher* raw = f.get();
         fetchers_[w.worker_id()] = std::move(f);
-        raw->thread = StartThread("client-fetch", [this, raw] { FetchLoop(raw); });
+        for (int i = 0; i < options_.requests_per_worker; ++i)
+          raw->threads.push_back(StartThread("client-fetch", [this, raw] { FetchLoop(raw); }));
       }
       for (auto& [id, f] : fetchers_)
         if (!live.count(id)) f->removed = true;
@@ -126,12 +132,22 @@ void ServiceClient::HeartbeatLoop() {
       mu_.Await(absl::Condition(&stopping_));
       return;
     }
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(options_.heartbeat_interval));
+    // After a failed heartbeat, wait the whole interval even if GetNext asks for one now.
+    if (s.ok()) heartbeat_now_ = false;
+    auto wake = [&] { return stopping_ || (s.ok() && heartbeat_now_); };
+    mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.heartbeat_interval));
   }
 }
 
-bool ServiceClient::Accept(const ElementData& d) {
+bool ServiceClient::Accept(Fetcher* f, const ElementData& d) {
+  // Once per index of the worker's stream (a restart may send some again).
+  if (d.index() < f->received_below || !f->received_above.insert(d.index()).second) return false;
+  while (!f->received_above.empty() && *f->received_above.begin() == f->received_below) {
+    f->received_above.erase(f->received_above.begin());
+    ++f->received_below;
+  }
   if (d.split_id() < 0) return true;  // sharding off: each worker's stream is its own
+  // Once per (split, sequence): a split re-run by another worker yields the same elements.
   if (complete_.count(d.split_id())) return false;
   SplitProgress& p = splits_[d.split_id()];
   if (!p.sequences.insert(d.sequence()).second) return false;
@@ -145,9 +161,10 @@ bool ServiceClient::Accept(const ElementData& d) {
   return true;
 }
 
+// One of a fetcher's threads: requests elements until the worker is removed or its stream ended.
+// The worker hands each request the elements after the previous one's, so the threads' requests
+// overlap without asking for the same elements.
 void ServiceClient::FetchLoop(Fetcher* f) {
-  auto stub = WorkerService::NewStub(MakeChannel(f->address));
-  int64_t next_index = 0;
   auto backoff = std::chrono::milliseconds(20);
   while (true) {
     GetElementsRequest req;
@@ -159,25 +176,28 @@ void ServiceClient::FetchLoop(Fetcher* f) {
       mu_.Await(absl::Condition(&go));
       if (stopping_ || f->removed || f->ended) return;
       req.set_client_id(client_id_);
+      req.set_next_index(f->received_below);
+      req.set_restart(f->restart);
+      f->restart = false;
     }
     req.set_job_id(job_id_);
-    req.set_next_index(next_index);
     req.set_max_bytes(options_.request_bytes);
     GetElementsResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(10));
-    grpc::Status s = stub->GetElements(&ctx, req, &resp);
+    grpc::Status s = f->stub->GetElements(&ctx, req, &resp);
     absl::MutexLock lock(&mu_);
     if (!s.ok()) {
-      // The worker may be gone; the dispatcher will stop listing it and re-lease its splits.
+      // The worker may be gone (the dispatcher will stop listing it and re-lease its splits), or
+      // only this response was lost: the next request sends again what was not received.
+      f->restart = true;
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
       continue;
     }
     backoff = std::chrono::milliseconds(20);
     for (ElementData& d : *resp.mutable_elements()) {
-      next_index = std::max(next_index, d.index() + 1);
-      if (!Accept(d)) {
+      if (!Accept(f, d)) {
         ++stats_.duplicates;
         continue;
       }
@@ -185,7 +205,9 @@ void ServiceClient::FetchLoop(Fetcher* f) {
       ready_bytes_ += static_cast<int64_t>(d.payload().size());
       ready_.push_back(std::move(*d.mutable_payload()));
     }
-    if (resp.end_of_stream() && options_.sharding == "off") f->ended = true;
+    if (options_.sharding == "off" && resp.stream_end() >= 0 &&
+        f->received_below >= resp.stream_end())
+      f->ended = true;
   }
 }
 
@@ -193,8 +215,14 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext() {
   std::string payload;
   {
     absl::MutexLock lock(&mu_);
-    auto ready = [&] { return !ready_.empty() || finished_ || !error_.ok(); };
-    mu_.Await(absl::Condition(&ready));
+    auto ready = [&] {
+      return !ready_.empty() || finished_ || !error_.ok() || (!to_ack_.empty() && !heartbeat_now_);
+    };
+    while (true) {
+      mu_.Await(absl::Condition(&ready));
+      if (!ready_.empty() || finished_ || !error_.ok()) break;
+      heartbeat_now_ = true;  // starved with acknowledgements pending: they may end the job
+    }
     if (ready_.empty()) {
       if (!error_.ok()) return error_;
       return std::nullopt;

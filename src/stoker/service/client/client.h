@@ -9,9 +9,11 @@
 //   }
 //
 // It creates (or joins, by name) the job, heartbeats the dispatcher (learning the workers and
-// acknowledging the splits it holds in full), and runs one fetch thread per worker, each with a
-// request in flight, into a local prefetch buffer bounded by prefetch_bytes. Elements already held
-// (same split and sequence, e.g. re-served after a worker was lost) are dropped.
+// acknowledging the splits it holds in full), and runs requests_per_worker fetch threads per
+// worker, so that several requests are in flight to each, into a local prefetch buffer bounded by
+// prefetch_bytes. Elements already held are dropped: the same index of one worker's stream (a
+// response resent after one was lost), or the same split and sequence (a split re-served by
+// another worker after its first worker was lost).
 //
 // Thread safety: GetNext is called by one thread at a time; stats() is thread-safe.
 #pragma once
@@ -38,6 +40,8 @@ struct ServiceClientOptions {
   std::string dispatcher_address;  // host:port
   std::string job_name;            // empty: an anonymous job of its own
   std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
+  std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
+  int requests_per_worker = 2;       // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
@@ -70,9 +74,13 @@ class ServiceClient {
   struct Fetcher {
     int64_t worker_id = 0;
     std::string address;
+    std::unique_ptr<WorkerService::Stub> stub;  // shared by the fetcher's threads
     bool removed = false;  // the dispatcher no longer lists the worker
     bool ended = false;    // sharding off: the worker's whole stream was received
-    std::thread thread;
+    int64_t received_below = 0;          // every index of its stream below this was received
+    std::set<int64_t> received_above;    // indices received at or above received_below
+    bool restart = false;  // a response was lost: the next request moves the cursor back
+    std::vector<std::thread> threads;
   };
   struct SplitProgress {
     std::set<int64_t> sequences;  // received
@@ -82,8 +90,8 @@ class ServiceClient {
   explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
   void HeartbeatLoop();
   void FetchLoop(Fetcher* fetcher);
-  // Records a received element; returns false if it is a duplicate.
-  bool Accept(const ElementData& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an element received from `f`; returns false if it is a duplicate.
+  bool Accept(Fetcher* f, const ElementData& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceClientOptions options_;
   int64_t job_id_ = 0;
@@ -98,6 +106,9 @@ class ServiceClient {
   absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // incomplete
   absl::flat_hash_set<int64_t> complete_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> to_ack_ ABSL_GUARDED_BY(mu_);
+  // GetNext is starved while splits wait for acknowledgement (e.g. at the end of the job): the
+  // heartbeat goes out now instead of at the next interval. Cleared once that heartbeat is back.
+  bool heartbeat_now_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,14 +1,21 @@
 #include "stoker/service/common/element_codec.h"
 
+#include <lz4.h>
+#include <zstd.h>
+
 #include <cstring>
 
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::service {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'T', 'K', 'E'};
+constexpr char kCompressedMagic[4] = {'S', 'T', 'K', 'Z'};
+constexpr size_t kCompressedHeader = 16;  // magic, algorithm, 3 zero bytes, u64 encoded length
 constexpr uint32_t kVersion = 1;
+constexpr int kZstdLevel = 1;  // fast: the worker compresses on the data path
 
 template <typename T>
 void Put(std::string* out, T value) {
@@ -50,7 +57,83 @@ class Reader {
   size_t pos_ = 0;
 };
 
+absl::Status Malformed(size_t total, std::string_view what, size_t at) {
+  return absl::DataLossError(
+      StrCat("malformed element payload (", total, " bytes): ", what, " at byte ", at));
+}
+
+// The encoding inside a compressed payload.
+absl::StatusOr<Buffer> Decompress(const Buffer& all) {
+  if (all.size() < kCompressedHeader) return Malformed(all.size(), "short compression header", 0);
+  uint8_t algorithm = all.data()[4];
+  uint64_t size;
+  std::memcpy(&size, all.data() + 8, sizeof(size));
+  if (size > kMaxElementBytes)
+    return Malformed(all.size(), StrCat("decompressed length ", size, " over the limit"), 8);
+  const char* src = all.chars() + kCompressedHeader;
+  size_t src_size = all.size() - kCompressedHeader;
+  MutableBuffer out(size);
+  if (algorithm == static_cast<uint8_t>(Compression::kZstd)) {
+    size_t n = ZSTD_decompress(out.data(), size, src, src_size);
+    if (ZSTD_isError(n))
+      return Malformed(all.size(), StrCat("zstd: ", ZSTD_getErrorName(n)), kCompressedHeader);
+    if (n != size) return Malformed(all.size(), "zstd data shorter than its length", kCompressedHeader);
+  } else if (algorithm == static_cast<uint8_t>(Compression::kLz4)) {
+    if (size > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE) || src_size > LZ4_MAX_INPUT_SIZE)
+      return Malformed(all.size(), "lz4 block too large", kCompressedHeader);
+    int n = LZ4_decompress_safe(src, out.chars(), static_cast<int>(src_size), static_cast<int>(size));
+    if (n < 0 || static_cast<uint64_t>(n) != size)
+      return Malformed(all.size(), "lz4 data corrupt or not its stated length", kCompressedHeader);
+  } else {
+    return Malformed(all.size(), StrCat("unknown compression algorithm ", int{algorithm}), 4);
+  }
+  return std::move(out).Finish();
+}
+
 }  // namespace
+
+absl::StatusOr<Compression> ParseCompression(std::string_view name) {
+  if (name.empty() || name == "none") return Compression::kNone;
+  if (name == "zstd") return Compression::kZstd;
+  if (name == "lz4") return Compression::kLz4;
+  return absl::InvalidArgumentError(
+      StrCat("unknown compression '", name, "': use none, zstd or lz4"));
+}
+
+std::string_view CompressionName(Compression c) {
+  switch (c) {
+    case Compression::kZstd: return "zstd";
+    case Compression::kLz4: return "lz4";
+    case Compression::kNone: break;
+  }
+  return "none";
+}
+
+std::string EncodeElement(const data::Element& element, Compression compression) {
+  std::string raw;
+  EncodeElement(element, &raw);
+  if (compression == Compression::kNone) return raw;
+  size_t bound = compression == Compression::kZstd ? ZSTD_compressBound(raw.size())
+                                                   : LZ4_compressBound(static_cast<int>(raw.size()));
+  std::string out(kCompressedHeader + bound, '\0');
+  std::memcpy(out.data(), kCompressedMagic, 4);
+  out[4] = static_cast<char>(compression);
+  uint64_t size = raw.size();
+  std::memcpy(out.data() + 8, &size, sizeof(size));
+  size_t n = 0;
+  if (compression == Compression::kZstd) {
+    n = ZSTD_compress(out.data() + kCompressedHeader, bound, raw.data(), raw.size(), kZstdLevel);
+    if (ZSTD_isError(n)) return raw;  // cannot happen with a bound-sized output; send it plain
+  } else {
+    if (raw.size() > LZ4_MAX_INPUT_SIZE) return raw;
+    int m = LZ4_compress_default(raw.data(), out.data() + kCompressedHeader,
+                                 static_cast<int>(raw.size()), static_cast<int>(bound));
+    if (m <= 0) return raw;
+    n = static_cast<size_t>(m);
+  }
+  out.resize(kCompressedHeader + n);
+  return out;
+}
 
 void EncodeElement(const data::Element& element, std::string* out) {
   size_t total = 64;
@@ -75,14 +158,13 @@ void EncodeElement(const data::Element& element, std::string* out) {
   }
 }
 
-absl::StatusOr<data::Element> DecodeElement(std::string bytes) {
-  Buffer all = Buffer::FromString(std::move(bytes));
+absl::StatusOr<data::Element> DecodeElement(Buffer all) {
+  if (all.size() >= 4 && std::memcmp(all.data(), kCompressedMagic, 4) == 0) {
+    ASSIGN_OR_RETURN(all, Decompress(all));
+  }
   std::string_view view(reinterpret_cast<const char*>(all.data()), all.size());
   Reader r(view);
-  auto bad = [&](std::string_view what) {
-    return absl::DataLossError(StrCat("malformed element payload (", all.size(), " bytes): ", what,
-                                      " at byte ", r.pos()));
-  };
+  auto bad = [&](std::string_view what) { return Malformed(all.size(), what, r.pos()); };
   char magic[4];
   uint32_t version;
   if (!r.Get(&magic) || std::memcmp(magic, kMagic, 4) != 0) return bad("bad magic");

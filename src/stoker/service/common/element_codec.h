@@ -6,20 +6,43 @@
 // u32 length + bytes; u32 #fields, then per field u32 name length + name, u8 dtype, u32 rank,
 // rank × i64 dims, u64 data length, zero padding to a multiple of 8, the data.
 //
+// A job may compress its payloads (zstd or lz4): the whole encoding above is then wrapped as
+// "STKZ" u8 algorithm (1 zstd, 2 lz4), 3 zero bytes, u64 encoded length, the compressed bytes.
+// DecodeElement recognises both forms.
+//
 // Thread safety: free functions without shared state.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "stoker/core/buffer.h"
 #include "stoker/data/tensor.h"
 
 namespace stoker::service {
 
+enum class Compression : uint8_t { kNone = 0, kZstd = 1, kLz4 = 2 };
+
+// "", "none", "zstd", "lz4" -> the algorithm; anything else is an InvalidArgument error.
+absl::StatusOr<Compression> ParseCompression(std::string_view name);
+std::string_view CompressionName(Compression c);
+
+// The largest element DecodeElement accepts once decompressed (a bound on what a hostile payload
+// can make it allocate).
+inline constexpr uint64_t kMaxElementBytes = uint64_t{1} << 30;
+
 // Appends the encoding of `element` to *out.
 void EncodeElement(const data::Element& element, std::string* out);
+// The encoding of `element`, compressed with `compression` (kNone: as EncodeElement).
+std::string EncodeElement(const data::Element& element, Compression compression);
 
-// Decodes an element; its tensors share `bytes` (no copy). A malformed payload is an error.
-absl::StatusOr<data::Element> DecodeElement(std::string bytes);
+// Decodes an element, compressed or not; its tensors share the payload's storage (no copy of
+// uncompressed bytes). A malformed payload is a DataLoss error that says what and at which byte.
+absl::StatusOr<data::Element> DecodeElement(Buffer bytes);
+inline absl::StatusOr<data::Element> DecodeElement(std::string bytes) {
+  return DecodeElement(Buffer::FromString(std::move(bytes)));
+}
 
 }  // namespace stoker::service

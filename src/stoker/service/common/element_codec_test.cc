@@ -37,5 +37,40 @@ TEST(ElementCodec, TruncatedOrGarbledPayloadIsAnError) {
   EXPECT_FALSE(DecodeElement("garbage").ok());
 }
 
+TEST(ElementCodec, CompressedPayloadsRoundTrip) {
+  data::Element e;
+  e.keys = {"k"};
+  std::vector<float> values(4096, 0.5f);
+  values[7] = 3.0f;
+  e.fields["x"] = data::Tensor::FromFloats({64, 64}, values);
+  for (Compression c : {Compression::kZstd, Compression::kLz4}) {
+    std::string wire = EncodeElement(e, c);
+    EXPECT_LT(wire.size(), 4096u) << CompressionName(c);  // very repetitive: it must shrink
+    auto d = DecodeElement(wire);
+    ASSERT_TRUE(d.ok()) << CompressionName(c) << ": " << d.status();
+    EXPECT_EQ(d->keys, e.keys);
+    EXPECT_EQ(d->fields.at("x").values<float>()[7], 3.0f);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(d->fields.at("x").data.data()) % 8, 0u);
+    // Truncated or corrupted compressed payloads are errors, never crashes.
+    for (size_t n = 0; n < wire.size(); n += 7) EXPECT_FALSE(DecodeElement(wire.substr(0, n)).ok());
+    std::string bad = wire;
+    bad[4] = 9;  // unknown algorithm
+    EXPECT_FALSE(DecodeElement(bad).ok());
+    bad = wire;
+    bad[12] = 0x7f;  // absurd decompressed length
+    EXPECT_FALSE(DecodeElement(bad).ok());
+  }
+  EXPECT_EQ(EncodeElement(e, Compression::kNone).substr(0, 4), "STKE");
+}
+
+TEST(ElementCodec, ParsesCompressionNames) {
+  EXPECT_EQ(*ParseCompression(""), Compression::kNone);
+  EXPECT_EQ(*ParseCompression("zstd"), Compression::kZstd);
+  EXPECT_EQ(*ParseCompression("lz4"), Compression::kLz4);
+  auto bad = ParseCompression("gzip");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("none, zstd or lz4"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stoker::service

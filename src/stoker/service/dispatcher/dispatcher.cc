@@ -9,6 +9,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 #include "stoker/service.grpc.pb.h"
+#include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
 
 namespace stoker::service {
@@ -95,6 +96,9 @@ absl::Status Dispatcher::Update(const json& update) {
   if (journal_) RETURN_IF_ERROR(journal_->Append(update));
   RETURN_IF_ERROR(state_.Apply(update));
   ++updates_;
+  const std::string type = update.value("type", "");
+  if (type == "create_job" || type == "job_error" || type == "ack_splits" || type == "worker_ended")
+    ++tasks_version_;
   return absl::OkStatus();
 }
 
@@ -127,6 +131,7 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (sharding != "dynamic" && sharding != "off")
     return absl::InvalidArgumentError(
         StrCat("unknown sharding '", sharding, "': use 'dynamic' or 'off'"));
+  ASSIGN_OR_RETURN(Compression compression, ParseCompression(req.compression()));
   if (req.fingerprint().empty() || req.spec_json().empty())
     return absl::InvalidArgumentError("GetOrCreateJob needs a spec and its fingerprint");
   if (sharding == "dynamic" && req.num_samples() <= 0)
@@ -153,7 +158,8 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                           {"name", req.job_name()},
                           {"fingerprint", req.fingerprint()},
                           {"num_samples", req.num_samples()},
-                          {"sharding", sharding}}));
+                          {"sharding", sharding},
+                          {"compression", CompressionName(compression)}}));
   SPDLOG_INFO("dispatcher: job {} ({} samples, sharding {})", id, req.num_samples(), sharding);
   resp->set_job_id(id);
   return absl::OkStatus();
@@ -179,16 +185,38 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
                               {"message", StrCat("worker ", req.address(), ": ", req.task_error())}}));
   }
   resp->set_worker_id(id);
-  const std::string* spec = nullptr;
-  for (const auto& [job_id, job] : state_.jobs()) {
-    if (!job.error.empty() || state_.JobFinished(job)) continue;
-    spec = &state_.datasets().at(job.fingerprint);
-    Task* t = resp->add_tasks();
-    t->set_job_id(job_id);
-    t->set_spec_json(*spec);
-    t->set_sharding(job.sharding);
+  ListTasks(resp);
+  // Long poll: while the worker already runs exactly these tasks, hold the reply (up to wait_ms)
+  // until an update may change them, so a new job reaches its workers at once.
+  std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
+  auto unchanged = [&] {
+    std::set<int64_t> listed;
+    for (const Task& t : resp->tasks()) listed.insert(t.job_id());
+    return listed == running;
+  };
+  // Bounded well inside the worker timeout: the worker's next heartbeat follows the reply.
+  int64_t max_wait_ms = options_.worker_timeout.count() / 3;
+  auto deadline = absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, max_wait_ms));
+  while (!stopping_ && unchanged() && absl::Now() < deadline) {
+    int64_t version = tasks_version_;
+    auto changed = [&] { return stopping_ || tasks_version_ != version; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) break;
+    if (!state_.workers().count(id)) break;  // removed meanwhile: let it re-register
+    resp->clear_tasks();
+    ListTasks(resp);
   }
   return absl::OkStatus();
+}
+
+void Dispatcher::ListTasks(WorkerHeartbeatResponse* resp) {
+  for (const auto& [job_id, job] : state_.jobs()) {
+    if (!job.error.empty() || state_.JobFinished(job)) continue;
+    Task* t = resp->add_tasks();
+    t->set_job_id(job_id);
+    t->set_spec_json(state_.datasets().at(job.fingerprint));
+    t->set_sharding(job.sharding);
+    t->set_compression(job.compression);
+  }
 }
 
 absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* resp) {

@@ -12,7 +12,8 @@
 //
 // Protocol (all unary gRPC; service.proto)
 //   client   -> dispatcher  GetOrCreateJob(spec, fingerprint, num_samples, name, sharding) -> job id
-//   worker   -> dispatcher  WorkerHeartbeat(id, address, task errors) -> id, tasks   (every ~interval)
+//   worker   -> dispatcher  WorkerHeartbeat(id, address, task errors, running jobs) -> id, tasks
+//                           (every ~interval; held until the task list changes, at most wait_ms)
 //   worker   -> dispatcher  GetSplit(worker, job, wanted samples) -> SPLIT(id, begin, end) | WAIT | END
 //   client   -> dispatcher  ClientHeartbeat(job, client, completed splits) -> workers, finished
 //   client   -> worker      GetElements(job, client, next index) -> elements tagged
@@ -75,6 +76,8 @@ class Dispatcher {
  private:
   explicit Dispatcher(const DispatcherOptions& options) : options_(options) {}
   absl::Status Update(const nlohmann::json& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tasks every worker should run now (unfinished jobs without an error).
+  void ListTasks(WorkerHeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MonitorWorkers();
 
   const DispatcherOptions options_;
@@ -85,6 +88,8 @@ class Dispatcher {
   absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> last_heartbeat_
       ABSL_GUARDED_BY(mu_);
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped by every update that can change a worker's task list (heartbeats wait for it).
+  int64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;

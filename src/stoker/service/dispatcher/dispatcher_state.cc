@@ -56,6 +56,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       job.fingerprint = u.at("fingerprint");
       job.num_samples = u.at("num_samples");
       job.sharding = u.value("sharding", "dynamic");
+      job.compression = u.value("compression", "none");
       last_job_id_ = std::max(last_job_id_, job.id);
       jobs_[job.id] = std::move(job);
       return absl::OkStatus();

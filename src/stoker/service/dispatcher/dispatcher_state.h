@@ -4,7 +4,7 @@
 //
 // Updates are JSON objects with a "type":
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
-//   create_job {job_id, name, fingerprint, num_samples, sharding}
+//   create_job {job_id, name, fingerprint, num_samples, sharding, compression}
 //   register_worker {worker_id, address}
 //   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
 //                                                    consumer acknowledged go back to pending
@@ -44,6 +44,7 @@ class DispatcherState {
     std::string fingerprint;
     int64_t num_samples = 0;
     std::string sharding = "dynamic";
+    std::string compression = "none";  // of element payloads (element_codec.h)
     int64_t next_sample = 0;  // the sample order before it has been handed out
     std::map<int64_t, SplitInfo> splits;
     std::deque<int64_t> pending;  // splits whose lease holder was lost, to lease again

@@ -12,6 +12,7 @@
 #include "stoker/core/thread.h"
 #include "stoker/data/pipeline.h"
 #include "stoker/service/common/element_codec.h"
+#include "stoker/service/common/elements_response.h"
 #include "stoker/service/common/grpc_util.h"
 
 namespace stoker::service {
@@ -20,12 +21,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kRpcTimeout = std::chrono::seconds(5);
 
-class GrpcWorker final : public WorkerService::Service {
+// The gRPC adapter. GetElements is registered by hand with a ByteBuffer response (the generated
+// service would serialize a protobuf message, copying every payload): the worker builds the
+// serialized reply itself, referencing its buffered payloads (elements_response.h).
+class GrpcWorker final : public grpc::Service {
  public:
-  explicit GrpcWorker(stoker::service::Worker* w) : w_(w) {}
-  grpc::Status GetElements(grpc::ServerContext*, const GetElementsRequest* req,
-                           GetElementsResponse* resp) override {
-    return ToGrpc(w_->GetElements(*req, resp));
+  explicit GrpcWorker(stoker::service::Worker* w) : w_(w) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/stoker.service.WorkerService/GetElements", grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<GrpcWorker, GetElementsRequest, grpc::ByteBuffer,
+                                             grpc::protobuf::MessageLite, grpc::ByteBuffer>(
+            [](GrpcWorker* service, grpc::ServerContext*, const GetElementsRequest* req,
+               grpc::ByteBuffer* resp) { return ToGrpc(service->w_->GetElements(*req, resp)); },
+            this)));
   }
 
  private:
@@ -107,15 +115,20 @@ void Worker::HeartbeatLoop() {
       req.set_worker_id(worker_id_);
       req.set_failed_job(failed_job_);
       req.set_task_error(task_error_);
+      for (const auto& [id, t] : tasks_)
+        if (!t->cancelled) req.add_running_jobs(id);
     }
     req.set_address(address_);
+    req.set_wait_ms(options_.heartbeat_interval.count());
     WorkerHeartbeatResponse resp;
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, kRpcTimeout);
+    SetDeadline(&ctx, kRpcTimeout + options_.heartbeat_interval);
+    auto sent = Clock::now();
     grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
     std::vector<std::thread> finished;
     {
       absl::MutexLock lock(&mu_);
+      bool changed = false;  // the reply's task list differs from the one the request named
       if (!s.ok()) {
         SPDLOG_WARN("worker {}: heartbeat to dispatcher {} failed: {}; retrying", address_,
                     options_.dispatcher_address, s.error_message());
@@ -132,10 +145,12 @@ void Worker::HeartbeatLoop() {
           task->job_id = t.job_id();
           task->spec = t.spec_json();
           task->sharding = t.sharding();
+          task->compression = ParseCompression(t.compression()).value_or(Compression::kNone);
           Worker::Task* raw = task.get();
           tasks_[t.job_id()] = std::move(task);
           raw->thread = StartThread(StrCat("task-", t.job_id()), [this, raw] { RunTask(raw); });
         }
+        changed = listed != std::set<int64_t>(req.running_jobs().begin(), req.running_jobs().end());
         // A job no longer listed is finished (or failed): its consumer has everything.
         for (auto it = tasks_.begin(); it != tasks_.end();) {
           if (listed.count(it->first)) {
@@ -151,7 +166,15 @@ void Worker::HeartbeatLoop() {
           }
         }
       }
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
+      // After a change of tasks, heartbeat again at once (the next call is held until the next
+      // change); otherwise wait out the interval (nothing if the dispatcher held the call that
+      // long), or the back-off after an error.
+      auto elapsed = Clock::now() - sent;
+      auto wait = !s.ok() ? backoff
+                  : changed ? std::chrono::milliseconds(2) - elapsed  // never a busy loop
+                            : options_.heartbeat_interval - elapsed;
+      if (wait > Clock::duration::zero())
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(wait));
     }
     for (auto& t : finished) t.join();
   }
@@ -168,8 +191,12 @@ void Worker::RunTask(Task* task) {
   task->producer_done = true;
 }
 
-bool Worker::Push(Task* task, ElementData data) {
-  int64_t size = static_cast<int64_t>(data.payload().size()) + 64;
+bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
+  // Encoded (and compressed) outside the lock, once: replies reference these bytes.
+  std::shared_ptr<const std::string> payload;
+  if (element != nullptr)
+    payload = std::make_shared<const std::string>(EncodeElement(*element, task->compression));
+  int64_t size = (payload ? static_cast<int64_t>(payload->size()) : 0) + 64;
   absl::MutexLock lock(&mu_);
   auto room = [&] {
     return Stopped(task) || task->buffer.empty() ||
@@ -177,10 +204,10 @@ bool Worker::Push(Task* task, ElementData data) {
   };
   mu_.Await(absl::Condition(&room));
   if (Stopped(task)) return false;
-  data.set_index(task->next_index++);
-  if (task->buffer.empty()) task->first_index = data.index();
+  meta.set_index(task->next_index++);
+  if (task->buffer.empty()) task->first_index = meta.index();
   task->buffered_bytes += size;
-  task->buffer.push_back(std::move(data));
+  task->buffer.push_back(Buffered{std::move(meta), std::move(payload)});
   return true;
 }
 
@@ -193,8 +220,7 @@ absl::Status Worker::RunWholePipeline(Task* task) {
     ElementData d;
     d.set_split_id(-1);
     d.set_sequence(seq);
-    EncodeElement(*e, d.mutable_payload());
-    if (!Push(task, std::move(d))) return absl::OkStatus();
+    if (!Push(task, std::move(d), &*e)) return absl::OkStatus();
   }
 }
 
@@ -242,12 +268,8 @@ absl::Status Worker::RunDynamic(Task* task) {
       d.set_split_id(resp.split_id());
       d.set_sequence(seq++);
       d.set_last(last);
-      if (e == nullptr) {
-        d.set_empty(true);
-      } else {
-        EncodeElement(*e, d.mutable_payload());
-      }
-      return Push(task, std::move(d));
+      d.set_empty(e == nullptr);
+      return Push(task, std::move(d), e);
     };
     while (true) {
       auto next = it->GetNext();
@@ -266,28 +288,53 @@ absl::Status Worker::RunDynamic(Task* task) {
   }
 }
 
-absl::Status Worker::GetElements(const GetElementsRequest& req, GetElementsResponse* resp) {
-  absl::MutexLock lock(&mu_);
-  auto it = tasks_.find(req.job_id());
-  if (it == tasks_.end()) return absl::OkStatus();  // not started here yet: nothing to give
-  Task* task = it->second.get();
-  while (!task->buffer.empty() && task->buffer.front().index() < req.next_index()) {
-    task->buffered_bytes -= static_cast<int64_t>(task->buffer.front().payload().size()) + 64;
-    task->buffer.pop_front();
-    ++task->first_index;
+absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer* resp) {
+  if (req.next_index() < 0)
+    return absl::InvalidArgumentError(StrCat("GetElements: negative next_index ", req.next_index()));
+  const int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
+  std::vector<Buffered> copies;  // taken under the lock (cheap: metadata and a reference)
+  bool end_of_stream = false;
+  int64_t stream_end = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    // A job this worker has not started yet (its heartbeat reply is on the way): wait a little.
+    auto known = [&] { return stopping_ || tasks_.count(req.job_id()) > 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&known), absl::Milliseconds(50));
+    auto it = tasks_.find(req.job_id());
+    if (it != tasks_.end()) {
+      Task* task = it->second.get();
+      while (!task->buffer.empty() && task->first_index < req.next_index()) {
+        const Buffered& b = task->buffer.front();
+        task->buffered_bytes -= (b.payload ? static_cast<int64_t>(b.payload->size()) : 0) + 64;
+        task->buffer.pop_front();
+        ++task->first_index;
+      }
+      if (task->buffer.empty()) task->first_index = task->next_index;
+      int64_t& cursor = task->cursors[req.client_id()];
+      cursor = req.restart() ? req.next_index() : std::max(cursor, req.next_index());
+      cursor = std::min(cursor, task->next_index);
+      auto ready = [&] {
+        return stopping_ || task->next_index > cursor || task->producer_done;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
+      int64_t bytes = 0;
+      for (int64_t i = std::max(cursor, task->first_index); i < task->next_index; ++i) {
+        const Buffered& b = task->buffer[i - task->first_index];
+        int64_t size = b.payload ? static_cast<int64_t>(b.payload->size()) : 0;
+        if (bytes > 0 && bytes + size > max_bytes) break;
+        bytes += size;
+        copies.push_back(b);
+        cursor = i + 1;
+      }
+      if (task->producer_done) {
+        stream_end = task->next_index;
+        end_of_stream = cursor >= task->next_index;
+      }
+    }
   }
-  auto ready = [&] { return stopping_ || !task->buffer.empty() || task->producer_done; };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
-  int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
-  int64_t bytes = 0;
-  for (const ElementData& d : task->buffer) {
-    if (d.index() < req.next_index()) continue;
-    if (bytes > 0 && bytes + static_cast<int64_t>(d.payload().size()) > max_bytes) break;
-    bytes += d.payload().size();
-    *resp->add_elements() = d;
-  }
-  resp->set_end_of_stream(task->producer_done && resp->elements().empty() &&
-                          (task->buffer.empty() || task->buffer.back().index() < req.next_index()));
+  ElementsResponseBuilder builder;
+  for (Buffered& b : copies) builder.Add(b.meta, std::move(b.payload));
+  *resp = builder.Finish(end_of_stream, stream_end);
   return absl::OkStatus();
 }
 

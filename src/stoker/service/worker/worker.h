@@ -4,10 +4,16 @@
 // tasks it should run. For each task it builds the job's pipeline and, with dynamic sharding, asks
 // the dispatcher for splits sized so that one takes about split_target to process, runs each split
 // through a fresh pipeline iterator, and appends the elements, tagged (split, sequence, last), to
-// the task's buffer. With sharding off it runs the whole pipeline. The buffer is bounded by
-// buffer_bytes: production waits while it is full. Clients read it with GetElements, giving the
-// index they want next; everything before that index is dropped then (never earlier, so a lost
-// response is asked for again and nothing is lost).
+// the task's buffer, encoded (and compressed if the job says so) once. With sharding off it runs
+// the whole pipeline. The buffer is bounded by buffer_bytes: production waits while it is full.
+// Clients read it with GetElements: a request names the first index the client has not received
+// (everything before it is dropped then, never earlier, so nothing is lost with a response) and
+// gets the elements after the client's send cursor, so several requests can be in flight; a
+// `restart` request moves the cursor back. Replies reference the buffered payloads without
+// copying them (elements_response.h).
+//
+// The heartbeat is a long poll: the dispatcher holds it until the task list changes (or the
+// interval passes), so a new job starts on every worker within milliseconds.
 //
 // Thread safety: all public methods are thread-safe. One mutex; no lock is held across an RPC.
 #pragma once
@@ -22,6 +28,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include <grpcpp/server.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include "stoker/service/common/element_codec.h"
 
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service.pb.h"
@@ -47,18 +56,24 @@ class Worker {
   int port() const { return port_; }
   const std::string& address() const { return address_; }
 
-  // The Worker RPC (the gRPC adapter calls it).
-  absl::Status GetElements(const GetElementsRequest& req, GetElementsResponse* resp);
+  // The Worker RPC (the gRPC adapter calls it): a serialized GetElementsResponse.
+  absl::Status GetElements(const GetElementsRequest& req, grpc::ByteBuffer* resp);
 
  private:
+  struct Buffered {
+    ElementData meta;                            // every field but the payload
+    std::shared_ptr<const std::string> payload;  // element_codec encoding; null if empty
+  };
   struct Task {
     int64_t job_id = 0;
     std::string spec;
     std::string sharding;
-    std::deque<ElementData> buffer;  // indices first_index, first_index + 1, ...
+    Compression compression = Compression::kNone;
+    std::deque<Buffered> buffer;  // indices first_index, first_index + 1, ...
     int64_t first_index = 0;
     int64_t next_index = 0;  // given to the next element produced
     int64_t buffered_bytes = 0;
+    std::map<int64_t, int64_t> cursors;  // client id -> the next index to hand it
     bool producer_done = false;  // the task thread has returned
     bool cancelled = false;
     std::thread thread;
@@ -71,7 +86,7 @@ class Worker {
   absl::Status RunWholePipeline(Task* task);
   // Appends an element to the task's buffer, waiting while the buffer is full. False if the task
   // was cancelled or the worker is stopping.
-  bool Push(Task* task, ElementData data);
+  bool Push(Task* task, ElementData meta, const data::Element* element);
   bool Stopped(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || task->cancelled;
   }

@@ -1,0 +1,71 @@
+#include "stoker/service/common/elements_response.h"
+
+namespace stoker::service {
+namespace {
+
+// Protobuf wire format: a field's tag is (number << 3) | wire type (0 varint, 2 length-delimited).
+constexpr uint8_t kElementsTag = (1 << 3) | 2;      // GetElementsResponse.elements
+constexpr uint8_t kEndOfStreamTag = (2 << 3) | 0;   // GetElementsResponse.end_of_stream
+constexpr uint8_t kStreamEndTag = (3 << 3) | 0;     // GetElementsResponse.stream_end
+constexpr uint8_t kPayloadTag = (6 << 3) | 2;       // ElementData.payload
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void ReleasePayload(void* holder) { delete static_cast<std::shared_ptr<const std::string>*>(holder); }
+
+}  // namespace
+
+void ElementsResponseBuilder::Add(const ElementData& meta,
+                                  std::shared_ptr<const std::string> payload) {
+  std::string fields = meta.SerializeAsString();
+  size_t payload_size = payload ? payload->size() : 0;
+  size_t length = fields.size();
+  if (payload_size > 0) length += 1 + VarintSize(payload_size) + payload_size;
+  pending_.push_back(static_cast<char>(kElementsTag));
+  PutVarint(&pending_, length);
+  pending_ += fields;
+  if (payload_size == 0) return;
+  pending_.push_back(static_cast<char>(kPayloadTag));
+  PutVarint(&pending_, payload_size);
+  Flush();
+  auto* holder = new std::shared_ptr<const std::string>(std::move(payload));
+  slices_.emplace_back(const_cast<char*>((*holder)->data()), payload_size, &ReleasePayload, holder);
+}
+
+grpc::ByteBuffer ElementsResponseBuilder::Finish(bool end_of_stream, int64_t stream_end) {
+  if (end_of_stream) {
+    pending_.push_back(static_cast<char>(kEndOfStreamTag));
+    pending_.push_back(1);
+  }
+  if (stream_end != 0) {
+    pending_.push_back(static_cast<char>(kStreamEndTag));
+    PutVarint(&pending_, static_cast<uint64_t>(stream_end));  // negative: 10-byte varint
+  }
+  Flush();
+  grpc::ByteBuffer out(slices_.data(), slices_.size());
+  slices_.clear();
+  return out;
+}
+
+void ElementsResponseBuilder::Flush() {
+  if (pending_.empty()) return;
+  slices_.emplace_back(pending_);  // copies the small bytes
+  pending_.clear();
+}
+
+}  // namespace stoker::service

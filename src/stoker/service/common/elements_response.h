@@ -1,0 +1,35 @@
+// Builds a serialized GetElementsResponse (service.proto) without copying element payloads: the
+// small fields are serialized normally, and each payload is referenced by the resulting
+// grpc::ByteBuffer as a slice of its own, kept alive by a shared_ptr until gRPC has sent it. The
+// bytes are exactly what protobuf would produce for the same message with the payload's field
+// written last (protobuf accepts fields in any order), so the generated client stub parses it.
+//
+// Thread safety: a builder is used by one thread; the payloads must not change once added.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/service.pb.h"
+
+namespace stoker::service {
+
+class ElementsResponseBuilder {
+ public:
+  // `meta` is the element without its payload; `payload` may be null (an element with no bytes).
+  void Add(const ElementData& meta, std::shared_ptr<const std::string> payload);
+  // The message with the elements added so far plus these fields. The builder is empty afterwards.
+  grpc::ByteBuffer Finish(bool end_of_stream, int64_t stream_end);
+
+ private:
+  void Flush();  // moves pending_ into a slice of its own
+
+  std::vector<grpc::Slice> slices_;
+  std::string pending_;  // small serialized bytes not yet in a slice
+};
+
+}  // namespace stoker::service

@@ -1,0 +1,57 @@
+#include "stoker/service/common/elements_response.h"
+
+#include <gtest/gtest.h>
+
+namespace stoker::service {
+namespace {
+
+// Parses the builder's bytes with the generated protobuf code.
+GetElementsResponse Parse(grpc::ByteBuffer buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  GetElementsResponse resp;
+  EXPECT_TRUE(resp.ParseFromString(bytes));
+  return resp;
+}
+
+TEST(ElementsResponseBuilder, ProtobufParsesWhatItBuilds) {
+  ElementsResponseBuilder b;
+  ElementData meta;
+  meta.set_index(7);
+  meta.set_split_id(3);
+  meta.set_sequence(2);
+  auto big = std::make_shared<const std::string>(300000, 'x');  // a multi-byte length varint
+  b.Add(meta, big);
+  meta.set_index(8);
+  meta.set_last(true);
+  meta.set_empty(true);
+  b.Add(meta, nullptr);
+  meta.set_index(9);
+  meta.set_empty(false);
+  b.Add(meta, std::make_shared<const std::string>("abc"));
+  GetElementsResponse resp = Parse(b.Finish(true, 10));
+  ASSERT_EQ(resp.elements_size(), 3);
+  EXPECT_EQ(resp.elements(0).index(), 7);
+  EXPECT_EQ(resp.elements(0).split_id(), 3);
+  EXPECT_EQ(resp.elements(0).sequence(), 2);
+  EXPECT_EQ(resp.elements(0).payload(), *big);
+  EXPECT_TRUE(resp.elements(1).empty());
+  EXPECT_TRUE(resp.elements(1).last());
+  EXPECT_TRUE(resp.elements(1).payload().empty());
+  EXPECT_EQ(resp.elements(2).payload(), "abc");
+  EXPECT_TRUE(resp.end_of_stream());
+  EXPECT_EQ(resp.stream_end(), 10);
+}
+
+TEST(ElementsResponseBuilder, EmptyAndNegativeFields) {
+  ElementsResponseBuilder b;
+  GetElementsResponse resp = Parse(b.Finish(false, -1));
+  EXPECT_EQ(resp.elements_size(), 0);
+  EXPECT_FALSE(resp.end_of_stream());
+  EXPECT_EQ(resp.stream_end(), -1);
+}
+
+}  // namespace
+}  // namespace stoker::service
