@@ -42,7 +42,11 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   while (true) {
     GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, std::chrono::seconds(5));
+    // Wait for the connection (a dispatcher still starting is found as soon as it listens) but
+    // retry each second: without wait_for_ready, a call made while the first connection attempt
+    // fails was seen to hang for its whole deadline.
+    ctx.set_wait_for_ready(true);
+    SetDeadline(&ctx, std::chrono::seconds(1));
     grpc::Status s = c->dispatcher_->GetOrCreateJob(&ctx, req, &resp);
     if (s.ok()) {
       c->job_id_ = resp.job_id();

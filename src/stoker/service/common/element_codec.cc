@@ -109,10 +109,43 @@ std::string_view CompressionName(Compression c) {
   return "none";
 }
 
-std::string EncodeElement(const data::Element& element, Compression compression) {
-  std::string raw;
-  EncodeElement(element, &raw);
-  if (compression == Compression::kNone) return raw;
+namespace {
+
+// Builds the uncompressed encoding as pieces: header bytes accumulate in `header` until a
+// tensor's data, which becomes a piece of its own.
+EncodedElement EncodePieces(const data::Element& element) {
+  EncodedElement out;
+  std::string header;
+  auto flush = [&] {
+    if (header.empty()) return;
+    out.size += header.size();
+    out.pieces.push_back(Buffer::FromString(std::move(header)));
+    header.clear();
+  };
+  header.append(kMagic, 4);
+  Put<uint32_t>(&header, kVersion);
+  Put<uint64_t>(&header, element.sample_index);
+  Put<int64_t>(&header, element.epoch);
+  Put<uint32_t>(&header, static_cast<uint32_t>(element.keys.size()));
+  for (const auto& k : element.keys) PutString(&header, k);
+  Put<uint32_t>(&header, static_cast<uint32_t>(element.fields.size()));
+  for (const auto& [name, t] : element.fields) {
+    PutString(&header, name);
+    Put<uint8_t>(&header, static_cast<uint8_t>(t.dtype));
+    Put<uint32_t>(&header, static_cast<uint32_t>(t.shape.size()));
+    for (int64_t d : t.shape) Put<int64_t>(&header, d);
+    Put<uint64_t>(&header, t.data.size());
+    header.append((8 - (out.size + header.size()) % 8) % 8, '\0');  // data at a multiple of 8
+    if (t.data.empty()) continue;
+    flush();
+    out.size += t.data.size();
+    out.pieces.push_back(t.data);
+  }
+  flush();
+  return out;
+}
+
+std::string Compress(const std::string& raw, Compression compression) {
   size_t bound = compression == Compression::kZstd ? ZSTD_compressBound(raw.size())
                                                    : LZ4_compressBound(static_cast<int>(raw.size()));
   std::string out(kCompressedHeader + bound, '\0');
@@ -135,27 +168,33 @@ std::string EncodeElement(const data::Element& element, Compression compression)
   return out;
 }
 
+}  // namespace
+
+EncodedElement EncodeElementPieces(const data::Element& element, Compression compression) {
+  EncodedElement pieces = EncodePieces(element);
+  if (compression == Compression::kNone) return pieces;
+  std::string raw;
+  raw.reserve(pieces.size);
+  for (const Buffer& b : pieces.pieces) raw.append(b.view());
+  std::string compressed = Compress(raw, compression);
+  EncodedElement out;
+  out.size = compressed.size();
+  out.pieces.push_back(Buffer::FromString(std::move(compressed)));
+  return out;
+}
+
 void EncodeElement(const data::Element& element, std::string* out) {
-  size_t total = 64;
-  for (const auto& k : element.keys) total += 4 + k.size();
-  for (const auto& [name, t] : element.fields) total += 64 + name.size() + t.data.size();
-  out->reserve(out->size() + total);
-  out->append(kMagic, 4);
-  Put<uint32_t>(out, kVersion);
-  Put<uint64_t>(out, element.sample_index);
-  Put<int64_t>(out, element.epoch);
-  Put<uint32_t>(out, static_cast<uint32_t>(element.keys.size()));
-  for (const auto& k : element.keys) PutString(out, k);
-  Put<uint32_t>(out, static_cast<uint32_t>(element.fields.size()));
-  for (const auto& [name, t] : element.fields) {
-    PutString(out, name);
-    Put<uint8_t>(out, static_cast<uint8_t>(t.dtype));
-    Put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
-    for (int64_t d : t.shape) Put<int64_t>(out, d);
-    Put<uint64_t>(out, t.data.size());
-    PadTo8(out);
-    out->append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-  }
+  EncodedElement pieces = EncodePieces(element);
+  out->reserve(out->size() + pieces.size);
+  for (const Buffer& b : pieces.pieces) out->append(b.view());
+}
+
+std::string EncodeElement(const data::Element& element, Compression compression) {
+  EncodedElement pieces = EncodeElementPieces(element, compression);
+  std::string out;
+  out.reserve(pieces.size);
+  for (const Buffer& b : pieces.pieces) out.append(b.view());
+  return out;
 }
 
 absl::StatusOr<data::Element> DecodeElement(Buffer all) {

@@ -33,9 +33,19 @@ std::string_view CompressionName(Compression c);
 // can make it allocate).
 inline constexpr uint64_t kMaxElementBytes = uint64_t{1} << 30;
 
-// Appends the encoding of `element` to *out.
+// An encoding as consecutive pieces, for sending without a copy: the small header parts are new
+// buffers, tensor bytes are the element's own buffers (shared, not copied). Concatenated, the
+// pieces are the encoding.
+struct EncodedElement {
+  std::vector<Buffer> pieces;
+  size_t size = 0;  // sum of the pieces' sizes
+};
+
+// The encoding of `element`; compressed (one piece) unless `compression` is kNone.
+EncodedElement EncodeElementPieces(const data::Element& element, Compression compression);
+// Appends the (uncompressed) encoding of `element` to *out.
 void EncodeElement(const data::Element& element, std::string* out);
-// The encoding of `element`, compressed with `compression` (kNone: as EncodeElement).
+// The encoding in one string (copied together from the pieces).
 std::string EncodeElement(const data::Element& element, Compression compression);
 
 // Decodes an element, compressed or not; its tensors share the payload's storage (no copy of

@@ -26,14 +26,17 @@ size_t VarintSize(uint64_t v) {
   return n;
 }
 
-void ReleasePayload(void* holder) { delete static_cast<std::shared_ptr<const std::string>*>(holder); }
+// Pieces this small are copied into the serialized bytes (a slice of their own costs more).
+constexpr size_t kCopyBelow = 4096;
+
+void ReleasePiece(void* holder) { delete static_cast<Buffer*>(holder); }
 
 }  // namespace
 
-void ElementsResponseBuilder::Add(const ElementData& meta,
-                                  std::shared_ptr<const std::string> payload) {
+void ElementsResponseBuilder::Add(const ElementData& meta, const std::vector<Buffer>& pieces) {
   std::string fields = meta.SerializeAsString();
-  size_t payload_size = payload ? payload->size() : 0;
+  size_t payload_size = 0;
+  for (const Buffer& b : pieces) payload_size += b.size();
   size_t length = fields.size();
   if (payload_size > 0) length += 1 + VarintSize(payload_size) + payload_size;
   pending_.push_back(static_cast<char>(kElementsTag));
@@ -42,9 +45,15 @@ void ElementsResponseBuilder::Add(const ElementData& meta,
   if (payload_size == 0) return;
   pending_.push_back(static_cast<char>(kPayloadTag));
   PutVarint(&pending_, payload_size);
-  Flush();
-  auto* holder = new std::shared_ptr<const std::string>(std::move(payload));
-  slices_.emplace_back(const_cast<char*>((*holder)->data()), payload_size, &ReleasePayload, holder);
+  for (const Buffer& b : pieces) {
+    if (b.size() < kCopyBelow) {
+      pending_.append(b.view());
+      continue;
+    }
+    Flush();
+    auto* holder = new Buffer(b);
+    slices_.emplace_back(const_cast<uint8_t*>(b.data()), b.size(), &ReleasePiece, holder);
+  }
 }
 
 grpc::ByteBuffer ElementsResponseBuilder::Finish(bool end_of_stream, int64_t stream_end) {

@@ -1,6 +1,7 @@
 // Builds a serialized GetElementsResponse (service.proto) without copying element payloads: the
-// small fields are serialized normally, and each payload is referenced by the resulting
-// grpc::ByteBuffer as a slice of its own, kept alive by a shared_ptr until gRPC has sent it. The
+// small fields are serialized normally, and each large piece of a payload (a tensor's bytes, see
+// element_codec.h) is referenced by the resulting grpc::ByteBuffer as a slice of its own, holding
+// a reference to the Buffer until gRPC has sent it. The
 // bytes are exactly what protobuf would produce for the same message with the payload's field
 // written last (protobuf accepts fields in any order), so the generated client stub parses it.
 //
@@ -10,18 +11,19 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "stoker/core/buffer.h"
 #include "stoker/service.pb.h"
 
 namespace stoker::service {
 
 class ElementsResponseBuilder {
  public:
-  // `meta` is the element without its payload; `payload` may be null (an element with no bytes).
-  void Add(const ElementData& meta, std::shared_ptr<const std::string> payload);
+  // `meta` is the element without its payload; the payload is the concatenation of `pieces`
+  // (none: no payload).
+  void Add(const ElementData& meta, const std::vector<Buffer>& pieces);
   // The message with the elements added so far plus these fields. The builder is empty afterwards.
   grpc::ByteBuffer Finish(bool end_of_stream, int64_t stream_end);
 

@@ -22,21 +22,22 @@ TEST(ElementsResponseBuilder, ProtobufParsesWhatItBuilds) {
   meta.set_index(7);
   meta.set_split_id(3);
   meta.set_sequence(2);
-  auto big = std::make_shared<const std::string>(300000, 'x');  // a multi-byte length varint
-  b.Add(meta, big);
+  std::string big(300000, 'x');  // a multi-byte length varint
+  // A payload in pieces: small ones are copied, large ones referenced.
+  b.Add(meta, {Buffer::Copy("head"), Buffer::Copy(big), Buffer::Copy("tail")});
   meta.set_index(8);
   meta.set_last(true);
   meta.set_empty(true);
-  b.Add(meta, nullptr);
+  b.Add(meta, {});
   meta.set_index(9);
   meta.set_empty(false);
-  b.Add(meta, std::make_shared<const std::string>("abc"));
+  b.Add(meta, {Buffer::Copy("abc")});
   GetElementsResponse resp = Parse(b.Finish(true, 10));
   ASSERT_EQ(resp.elements_size(), 3);
   EXPECT_EQ(resp.elements(0).index(), 7);
   EXPECT_EQ(resp.elements(0).split_id(), 3);
   EXPECT_EQ(resp.elements(0).sequence(), 2);
-  EXPECT_EQ(resp.elements(0).payload(), *big);
+  EXPECT_EQ(resp.elements(0).payload(), "head" + big + "tail");
   EXPECT_TRUE(resp.elements(1).empty());
   EXPECT_TRUE(resp.elements(1).last());
   EXPECT_TRUE(resp.elements(1).payload().empty());

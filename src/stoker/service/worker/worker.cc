@@ -192,11 +192,10 @@ void Worker::RunTask(Task* task) {
 }
 
 bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
-  // Encoded (and compressed) outside the lock, once: replies reference these bytes.
-  std::shared_ptr<const std::string> payload;
-  if (element != nullptr)
-    payload = std::make_shared<const std::string>(EncodeElement(*element, task->compression));
-  int64_t size = (payload ? static_cast<int64_t>(payload->size()) : 0) + 64;
+  // Encoded (and compressed) outside the lock, once: replies reference these pieces.
+  EncodedElement payload;
+  if (element != nullptr) payload = EncodeElementPieces(*element, task->compression);
+  int64_t size = static_cast<int64_t>(payload.size) + 64;
   absl::MutexLock lock(&mu_);
   auto room = [&] {
     return Stopped(task) || task->buffer.empty() ||
@@ -305,7 +304,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
       Task* task = it->second.get();
       while (!task->buffer.empty() && task->first_index < req.next_index()) {
         const Buffered& b = task->buffer.front();
-        task->buffered_bytes -= (b.payload ? static_cast<int64_t>(b.payload->size()) : 0) + 64;
+        task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;
         task->buffer.pop_front();
         ++task->first_index;
       }
@@ -320,7 +319,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
       int64_t bytes = 0;
       for (int64_t i = std::max(cursor, task->first_index); i < task->next_index; ++i) {
         const Buffered& b = task->buffer[i - task->first_index];
-        int64_t size = b.payload ? static_cast<int64_t>(b.payload->size()) : 0;
+        int64_t size = static_cast<int64_t>(b.payload.size);
         if (bytes > 0 && bytes + size > max_bytes) break;
         bytes += size;
         copies.push_back(b);
@@ -333,7 +332,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
     }
   }
   ElementsResponseBuilder builder;
-  for (Buffered& b : copies) builder.Add(b.meta, std::move(b.payload));
+  for (const Buffered& b : copies) builder.Add(b.meta, b.payload.pieces);
   *resp = builder.Finish(end_of_stream, stream_end);
   return absl::OkStatus();
 }

@@ -62,7 +62,9 @@ class Worker {
  private:
   struct Buffered {
     ElementData meta;                            // every field but the payload
-    std::shared_ptr<const std::string> payload;  // element_codec encoding; null if empty
+    // The element_codec encoding (empty: no payload). It shares the element's tensor buffers, so
+    // a buffered element may keep a larger read buffer alive than its size says.
+    EncodedElement payload;
   };
   struct Task {
     int64_t job_id = 0;
