@@ -5,17 +5,75 @@
 #include <charconv>
 #include <cstring>
 
+#include <deque>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::data {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Large anonymous mappings whose last user let go, kept for reuse by the next UninitBuffer of the
+// same (huge-page-rounded) length. Thread-safe; never destroyed, as buffers may be freed at exit.
+class MappingPool {
+ public:
+  static MappingPool& Get() {
+    static MappingPool* pool = new MappingPool;
+    return *pool;
+  }
+
+  // A kept mapping of exactly `length` bytes, or null.
+  void* Take(size_t length) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second != length) continue;
+      void* p = it->first;
+      free_.erase(it);
+      kept_bytes_ -= length;
+      return p;
+    }
+    return nullptr;
+  }
+
+  // Keeps the mapping, unmapping the oldest kept ones beyond the byte limit.
+  void Give(void* p, size_t length) {
+    std::vector<std::pair<void*, size_t>> unmap;
+    {
+      absl::MutexLock lock(&mu_);
+      free_.emplace_back(p, length);
+      kept_bytes_ += length;
+      while (kept_bytes_ > kMaxKeptBytes) {
+        unmap.push_back(free_.front());
+        kept_bytes_ -= free_.front().second;
+        free_.pop_front();
+      }
+    }
+    for (auto [q, n] : unmap) munmap(q, n);
+  }
+
+ private:
+  static constexpr size_t kMaxKeptBytes = size_t{512} << 20;
+  absl::Mutex mu_;
+  std::deque<std::pair<void*, size_t>> free_ ABSL_GUARDED_BY(mu_);  // oldest first
+  size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
 
 UninitBuffer::UninitBuffer(size_t size) : size_(size) {
   constexpr size_t kHugeThreshold = 8 << 20;
   if (size >= kHugeThreshold) {
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t length = (size + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = MappingPool::Get().Take(length);
+    if (p == nullptr) {
+      p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p != MAP_FAILED) madvise(p, length, MADV_HUGEPAGE);  // best effort
+    }
     if (p != MAP_FAILED) {
-      madvise(p, size, MADV_HUGEPAGE);  // best effort
-      owner_ = std::shared_ptr<void>(p, [size](void* q) { munmap(q, size); });
+      owner_ = std::shared_ptr<void>(p, [length](void* q) { MappingPool::Get().Give(q, length); });
       data_ = static_cast<uint8_t*>(p);
       return;
     }

@@ -39,5 +39,22 @@ TEST(Element, MissingFieldNamesKeyAndFields) {
   EXPECT_NE(s.message().find("jpg"), std::string::npos);
 }
 
+TEST(UninitBuffer, LargeMappingsAreReusedOnceReleased) {
+  const size_t size = (size_t{16} << 20) + 123;  // a batch-sized buffer
+  UninitBuffer first(size);
+  uint8_t* p = first.data();
+  p[0] = 1;
+  p[size - 1] = 2;
+  Buffer held = std::move(first).Finish();
+  UninitBuffer while_held(size);  // the first is still in use: a different mapping
+  EXPECT_NE(while_held.data(), p);
+  held = Buffer();  // last user lets go: kept for the next buffer of this size
+  UninitBuffer reused(size);
+  EXPECT_EQ(reused.data(), p);
+  EXPECT_EQ(reused.size(), size);
+  UninitBuffer small(1000);  // small buffers come from the heap, never from the pool
+  EXPECT_NE(small.data(), nullptr);
+}
+
 }  // namespace
 }  // namespace stoker::data
