@@ -1,7 +1,9 @@
 #include "stoker/service/dispatcher/dispatcher_state.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::service {
@@ -35,40 +37,117 @@ bool DispatcherState::JobFinished(const Job& job) const {
          job.done_splits == static_cast<int64_t>(job.splits.size());
 }
 
+namespace {
+
+// At most n bytes of s, not cutting a UTF-8 sequence (messages may end up in JSON).
+std::string Clip(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n) + "...";
+}
+
+// The update for an error message: its type and top-level scalar fields (no recursion into nested
+// values, so a hostile journal line cannot exhaust the stack or the log).
+std::string Describe(const json& u) {
+  if (!u.is_object()) return StrCat("a JSON ", u.type_name(), " (not an object)");
+  std::string out = "{";
+  for (const auto& [key, value] : u.items()) {
+    if (out.size() > 300) return out + " ...}";
+    std::string v = value.is_primitive()
+                        ? value.dump(-1, ' ', false, json::error_handler_t::replace)
+                        : StrCat("<", value.type_name(), ">");
+    out += StrCat(out.size() > 1 ? ", " : "", Clip(key, 40), ": ", Clip(v, 80));
+  }
+  return out + "}";
+}
+
+absl::Status Malformed(const json& u, std::string_view what) {
+  return absl::InvalidArgumentError(
+      StrCat("malformed dispatcher update ", Describe(u), ": ", what));
+}
+
+// Only such values convert to int64_t: a float out of range would be undefined behaviour, a string
+// an exception, an unsigned number above INT64_MAX a silent wrap.
+bool IsInt64(const json& v) {
+  return v.is_number_integer() &&
+         !(v.is_number_unsigned() &&
+           v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+// A required integer field.
+absl::StatusOr<int64_t> GetInt(const json& u, const char* key) {
+  auto it = u.find(key);
+  if (it == u.end()) return Malformed(u, StrCat("no '", key, "'"));
+  if (!IsInt64(*it)) return Malformed(u, StrCat("'", key, "' is not a 64-bit integer"));
+  return it->get<int64_t>();
+}
+
+absl::StatusOr<int64_t> GetId(const json& u, const char* key) {
+  ASSIGN_OR_RETURN(int64_t id, GetInt(u, key));
+  if (id <= 0) return Malformed(u, StrCat("'", key, "' must be positive"));
+  return id;
+}
+
+// A string field; `fallback` when it is absent (nullopt: required).
+absl::StatusOr<std::string> GetString(const json& u, const char* key,
+                                      std::optional<std::string> fallback = std::nullopt) {
+  auto it = u.find(key);
+  if (it == u.end()) {
+    if (fallback) return *fallback;
+    return Malformed(u, StrCat("no '", key, "'"));
+  }
+  if (!it->is_string()) return Malformed(u, StrCat("'", key, "' is not a string"));
+  return it->get<std::string>();
+}
+
+}  // namespace
+
 DispatcherState::Job* DispatcherState::MutableJob(const json& update) {
-  auto it = jobs_.find(update.value("job_id", int64_t{0}));
+  absl::StatusOr<int64_t> id = GetInt(update, "job_id");
+  if (!id.ok()) return nullptr;
+  auto it = jobs_.find(*id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
+// Every field is read and checked before anything changes, so a rejected update leaves the state
+// as it was, and the state keeps the invariants the dispatcher relies on: every job's dataset is
+// registered, and every split named by `pending` or `last_lease` exists.
 absl::Status DispatcherState::Apply(const json& u) {
   if (!u.is_object() || !u.contains("type") || !u["type"].is_string())
-    return absl::InvalidArgumentError(StrCat("dispatcher update without a type: ", u.dump()));
+    return absl::InvalidArgumentError(StrCat("dispatcher update without a type: ", Describe(u)));
   try {
     const std::string type = u["type"];
     if (type == "register_dataset") {
-      datasets_[u.at("fingerprint")] = u.at("spec");
+      ASSIGN_OR_RETURN(std::string fingerprint, GetString(u, "fingerprint"));
+      ASSIGN_OR_RETURN(std::string spec, GetString(u, "spec"));
+      datasets_[fingerprint] = std::move(spec);
       return absl::OkStatus();
     }
     if (type == "create_job") {
       Job job;
-      job.id = u.at("job_id");
-      job.name = u.value("name", "");
-      job.fingerprint = u.at("fingerprint");
-      job.num_samples = u.at("num_samples");
-      job.sharding = u.value("sharding", "dynamic");
-      job.compression = u.value("compression", "none");
+      ASSIGN_OR_RETURN(job.id, GetId(u, "job_id"));
+      ASSIGN_OR_RETURN(job.name, GetString(u, "name", ""));
+      ASSIGN_OR_RETURN(job.fingerprint, GetString(u, "fingerprint"));
+      ASSIGN_OR_RETURN(job.num_samples, GetInt(u, "num_samples"));
+      ASSIGN_OR_RETURN(job.sharding, GetString(u, "sharding", "dynamic"));
+      ASSIGN_OR_RETURN(job.compression, GetString(u, "compression", "none"));
+      if (jobs_.count(job.id)) return Malformed(u, "the job exists already");
+      if (!datasets_.count(job.fingerprint)) return Malformed(u, "its dataset is not registered");
+      if (job.sharding != "dynamic" && job.sharding != "off")
+        return Malformed(u, "sharding is neither 'dynamic' nor 'off'");
       last_job_id_ = std::max(last_job_id_, job.id);
       jobs_[job.id] = std::move(job);
       return absl::OkStatus();
     }
     if (type == "register_worker") {
-      int64_t id = u.at("worker_id");
-      workers_[id] = Worker{id, u.at("address")};
+      ASSIGN_OR_RETURN(int64_t id, GetId(u, "worker_id"));
+      ASSIGN_OR_RETURN(std::string address, GetString(u, "address"));
+      workers_[id] = Worker{id, std::move(address)};
       last_worker_id_ = std::max(last_worker_id_, id);
       return absl::OkStatus();
     }
     if (type == "remove_worker") {
-      int64_t id = u.at("worker_id");
+      ASSIGN_OR_RETURN(int64_t id, GetId(u, "worker_id"));
       workers_.erase(id);
       for (auto& [job_id, job] : jobs_) {
         job.last_lease.erase(id);
@@ -82,31 +161,46 @@ absl::Status DispatcherState::Apply(const json& u) {
       return absl::OkStatus();
     }
     if (type == "register_client") {
-      last_client_id_ = std::max(last_client_id_, u.at("client_id").get<int64_t>());
+      ASSIGN_OR_RETURN(int64_t id, GetId(u, "client_id"));
+      last_client_id_ = std::max(last_client_id_, id);
       return absl::OkStatus();
     }
+    RETURN_IF_ERROR(GetInt(u, "job_id").status());
     Job* job = MutableJob(u);
-    if (job == nullptr) return absl::NotFoundError(StrCat("update for an unknown job: ", u.dump()));
+    if (job == nullptr)
+      return absl::NotFoundError(StrCat("update for an unknown job: ", Describe(u)));
     if (type == "create_split") {
-      SplitInfo s{u.at("begin"), u.at("end"), u.at("worker_id"), false};
+      ASSIGN_OR_RETURN(int64_t split_id, GetInt(u, "split_id"));
+      SplitInfo s;
+      ASSIGN_OR_RETURN(s.begin, GetInt(u, "begin"));
+      ASSIGN_OR_RETURN(s.end, GetInt(u, "end"));
+      ASSIGN_OR_RETURN(s.worker_id, GetId(u, "worker_id"));
       if (s.begin != job->next_sample || s.end <= s.begin || s.end > job->num_samples)
-        return absl::InvalidArgumentError(StrCat("split out of order: ", u.dump()));
+        return absl::InvalidArgumentError(StrCat("split out of order: ", Describe(u)));
+      if (job->splits.count(split_id)) return Malformed(u, "the split exists already");
       job->next_sample = s.end;
-      job->last_lease[s.worker_id] = u.at("split_id");
-      job->splits[u.at("split_id")] = s;
+      job->last_lease[s.worker_id] = split_id;
+      job->splits[split_id] = s;
       return absl::OkStatus();
     }
     if (type == "lease_split") {
-      int64_t split_id = u.at("split_id");
+      ASSIGN_OR_RETURN(int64_t split_id, GetInt(u, "split_id"));
+      ASSIGN_OR_RETURN(int64_t worker_id, GetId(u, "worker_id"));
       auto it = job->splits.find(split_id);
-      if (it == job->splits.end()) return absl::NotFoundError(StrCat("no split: ", u.dump()));
-      it->second.worker_id = u.at("worker_id");
-      job->last_lease[it->second.worker_id] = split_id;
+      if (it == job->splits.end()) return absl::NotFoundError(StrCat("no split: ", Describe(u)));
+      it->second.worker_id = worker_id;
+      job->last_lease[worker_id] = split_id;
       std::erase(job->pending, split_id);
       return absl::OkStatus();
     }
     if (type == "ack_splits") {
-      for (int64_t split_id : u.at("split_ids")) {
+      auto ids = u.find("split_ids");
+      if (ids == u.end() || !ids->is_array()) return Malformed(u, "'split_ids' is not an array");
+      for (const json& id : *ids)
+        if (!IsInt64(id))
+          return Malformed(u, "'split_ids' holds a value that is not a 64-bit integer");
+      for (const json& id : *ids) {
+        int64_t split_id = id.get<int64_t>();
         auto it = job->splits.find(split_id);
         if (it == job->splits.end() || it->second.done) continue;  // unknown or repeated ack
         it->second.done = true;
@@ -116,16 +210,17 @@ absl::Status DispatcherState::Apply(const json& u) {
       return absl::OkStatus();
     }
     if (type == "worker_ended") {
-      job->ended_workers.insert(u.at("worker_id").get<int64_t>());
+      ASSIGN_OR_RETURN(int64_t worker_id, GetInt(u, "worker_id"));
+      job->ended_workers.insert(worker_id);
       return absl::OkStatus();
     }
     if (type == "job_error") {
-      job->error = u.at("message");
+      ASSIGN_OR_RETURN(job->error, GetString(u, "message"));
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(StrCat("unknown dispatcher update type '", type, "'"));
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(StrCat("malformed dispatcher update ", u.dump(), ": ", e.what()));
+    return Malformed(u, e.what());
   }
 }
 
