@@ -209,11 +209,13 @@ class File {
 class ServiceIterator {
  public:
   ServiceIterator(const std::string& dispatcher, const std::string& job_name,
-                  const std::string& spec_json, const std::string& sharding) {
+                  const std::string& spec_json, const std::string& sharding,
+                  const std::string& compression) {
     service::ServiceClientOptions options;
     options.dispatcher_address = dispatcher;
     options.job_name = job_name;
     options.sharding = sharding;
+    options.compression = compression;
     absl::StatusOr<std::unique_ptr<service::ServiceClient>> client;
     {
       py::gil_scoped_release release;
@@ -367,9 +369,10 @@ PYBIND11_MODULE(_stoker, m) {
 #ifdef STOKER_HAVE_SERVICE
   m.attr("HAVE_SERVICE") = true;
   py::class_<ServiceIterator>(m, "ServiceIterator")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
+                    const std::string&>(),
            py::arg("dispatcher"), py::arg("job_name"), py::arg("spec_json"),
-           py::arg("sharding") = "dynamic")
+           py::arg("sharding") = "dynamic", py::arg("compression") = "none")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &ServiceIterator::Next)
       .def("close", &ServiceIterator::Close)

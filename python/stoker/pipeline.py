@@ -115,10 +115,12 @@ class Pipeline:
         return self.op("prefetch", buffer=buffer)
 
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
-                   deterministic=None, sharding="dynamic"):
+                   deterministic=None, sharding="dynamic", compression="none"):
         """The same pipeline, run by the stoker service's workers (dispatcher "host:port").
         Consumers that give the same job_name share one job (each element goes to one of them);
         without a name the job is this consumer's own. deterministic sets the spec's key.
+        compression ("none", "zstd" or "lz4") compresses elements on the wire (worth it when the
+        network, not the workers' CPU, is the limit).
         num_consumers / consumer_index (coordinated reads) are not supported by the service
         client yet: only None or 1 / 0."""
         if not getattr(_stoker, "HAVE_SERVICE", False):
@@ -131,7 +133,11 @@ class Pipeline:
         spec = self.spec
         if deterministic is not None:
             spec["deterministic"] = bool(deterministic)
-        return DistributedPipeline(Pipeline(spec), dispatcher, job_name or "", sharding)
+        if compression not in ("none", "zstd", "lz4"):
+            raise ValueError(f"distribute: unknown compression {compression!r}: use 'none', "
+                             "'zstd' or 'lz4'")
+        return DistributedPipeline(Pipeline(spec), dispatcher, job_name or "", sharding,
+                                   compression)
 
     # --- running ------------------------------------------------------------------------------
     def _compile(self):
@@ -210,11 +216,12 @@ class DistributedPipeline:
     pass over the job's data (for epoch e of a named job, the job "<job_name>/epoch-<e>").
     state_dict() is not available through the service yet."""
 
-    def __init__(self, pipeline, dispatcher, job_name, sharding):
+    def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none"):
         self.pipeline = pipeline
         self.dispatcher = dispatcher
         self.job_name = job_name
         self.sharding = sharding
+        self.compression = compression
         pipeline._compile()  # a bad spec fails here, with its JSON path, not on the service
 
     @property
@@ -225,7 +232,8 @@ class DistributedPipeline:
         """rank/world_size are ignored: the job's consumers share its data dynamically."""
         name = f"{self.job_name}/epoch-{epoch}" if self.job_name and epoch else self.job_name
         return ServiceIterator(_stoker.ServiceIterator(self.dispatcher, name,
-                                                       self.pipeline.to_json(), self.sharding))
+                                                       self.pipeline.to_json(), self.sharding,
+                                                       self.compression))
 
     def __iter__(self):
         return self.iterator()

@@ -144,6 +144,13 @@ def test_distribute_delivers_the_same_samples(shards, stoker_bin, tmp_path):
         assert sorted(k for b in batches for k in b["__keys__"]) == local
         assert all(b["jpg"].shape[1:] == (32, 32, 3) for b in batches)
         assert isinstance(batches[0]["jpg"].base, stoker.Buffer)
+        # Compressed on the wire, the same samples and pixels.
+        zstd = list(pipe.distribute(dispatcher=address, job_name="pytest-zstd", compression="zstd"))
+        assert sorted(k for b in zstd for k in b["__keys__"]) == local
+        by_key = {tuple(b["__keys__"]): b["jpg"] for b in batches}
+        assert all((by_key[tuple(b["__keys__"])] == b["jpg"]).all() for b in zstd)
+        with pytest.raises(ValueError, match="compression"):
+            pipe.distribute(dispatcher=address, compression="gzip")
         with pytest.raises(NotImplementedError):
             pipe.distribute(dispatcher=address, num_consumers=2, consumer_index=1)
     finally:
