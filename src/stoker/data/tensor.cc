@@ -55,7 +55,7 @@ class MappingPool {
   }
 
  private:
-  static constexpr size_t kMaxKeptBytes = size_t{512} << 20;
+  static constexpr size_t kMaxKeptBytes = size_t{1} << 30;
   absl::Mutex mu_;
   std::deque<std::pair<void*, size_t>> free_ ABSL_GUARDED_BY(mu_);  // oldest first
   size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;

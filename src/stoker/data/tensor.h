@@ -30,7 +30,7 @@ class UninitBuffer {
   UninitBuffer() = default;
   // Large buffers (batches) are mapped with transparent huge pages where the kernel allows, so
   // filling them costs hundreds of page faults instead of tens of thousands. When the last user
-  // of such a mapping lets go, it is kept (up to 512 MiB in all, thread-safe) for the next buffer
+  // of such a mapping lets go, it is kept (up to 1 GiB in all, thread-safe) for the next buffer
   // of the same size, whose pages are then already there: zeroing fresh pages for every batch was
   // a quarter of the image pipeline's CPU (P3, measured).
   explicit UninitBuffer(size_t size);
