@@ -124,8 +124,8 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   EXPECT_EQ(line.find("(0 updates replayed)"), std::string::npos) << line;
 }
 
-// Compressed payloads (zstd, lz4) with one request or several in flight per worker, and sharding
-// off (every worker runs the whole pipeline: each key once per worker).
+// Compressed payloads (zstd, lz4) with one request or several in flight per worker, sharding off
+// (every worker runs the whole pipeline: each key once per worker), and several epochs a job.
 TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
   struct Trial {
     std::string name;
@@ -134,7 +134,10 @@ TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
   };
   for (const Trial& t : {Trial{"zstd", {"--compression", "zstd"}, 1},
                          Trial{"lz4-1", {"--compression", "lz4", "--requests-per-worker", "1"}, 1},
-                         Trial{"off", {"--sharding", "off", "--requests-per-worker", "3"}, 2}}) {
+                         Trial{"off", {"--sharding", "off", "--requests-per-worker", "3"}, 2},
+                         // Three epochs in one job: each key three times (once an epoch).
+                         Trial{"epochs", {"--epochs", "3"}, 3},
+                         Trial{"off-epochs", {"--sharding", "off", "--epochs", "2"}, 4}}) {
     SCOPED_TRACE(t.name);
     ServiceCluster cluster(TrialDir(t.name));
     const int n = 20000;
@@ -142,7 +145,7 @@ TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
     cluster.StartDispatcher();
     cluster.AddWorker();
     cluster.AddWorker();
-    if (t.name == "off") {
+    if (t.name.starts_with("off")) {
       // Both workers must be registered before the job starts, or one may run it alone.
       auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
       while (ReadWholeFile(cluster.dir() + "/work/journal.jsonl").find("\"worker_id\":2") ==

@@ -103,6 +103,7 @@ struct ConsumeOptions {
   std::string sharding = "dynamic";
   std::string compression = "none";
   int requests_per_worker = 2;
+  int64_t epochs = 1;
   int64_t max_elements = -1;
   bool print_keys = false;
   int http_port = -1;
@@ -134,6 +135,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.sharding = o.sharding;
   options.compression = o.compression;
   options.requests_per_worker = o.requests_per_worker;
+  options.num_epochs = o.epochs;
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(options, spec));
@@ -338,6 +340,9 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
       ->check(CLI::IsMember({"none", "zstd", "lz4"}));
   c->add_option("--requests-per-worker", consume_options.requests_per_worker,
                 "element requests in flight to each worker (default 2)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--epochs", consume_options.epochs,
+                "epochs of the job, one after another, without a pause between them (default 1)")
       ->check(CLI::PositiveNumber);
   c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
   c->add_flag("--print-keys", consume_options.print_keys,

@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   req.set_job_name(options.job_name);
   req.set_sharding(options.sharding);
   req.set_compression(options.compression);
+  req.set_num_epochs(options.num_epochs);
   auto deadline = Clock::now() + options.dispatcher_patience;
   auto backoff = std::chrono::milliseconds(50);
   while (true) {

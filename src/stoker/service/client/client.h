@@ -41,6 +41,8 @@ struct ServiceClientOptions {
   std::string job_name;            // empty: an anonymous job of its own
   std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
   std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
+  int64_t num_epochs = 1;   // epochs of the job, delivered one after another (a named job keeps
+                            // the number it was created with)
   int requests_per_worker = 2;       // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;

@@ -132,6 +132,10 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
     return absl::InvalidArgumentError(
         StrCat("unknown sharding '", sharding, "': use 'dynamic' or 'off'"));
   ASSIGN_OR_RETURN(Compression compression, ParseCompression(req.compression()));
+  const int64_t num_epochs = req.num_epochs() == 0 ? 1 : req.num_epochs();
+  if (num_epochs < 1 || num_epochs > DispatcherState::kMaxEpochs)
+    return absl::InvalidArgumentError(StrCat("num_epochs ", req.num_epochs(), " is not 1 .. ",
+                                             DispatcherState::kMaxEpochs));
   if (req.fingerprint().empty() || req.spec_json().empty())
     return absl::InvalidArgumentError("GetOrCreateJob needs a spec and its fingerprint");
   if (sharding == "dynamic" && req.num_samples() <= 0)
@@ -159,7 +163,8 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                           {"fingerprint", req.fingerprint()},
                           {"num_samples", req.num_samples()},
                           {"sharding", sharding},
-                          {"compression", CompressionName(compression)}}));
+                          {"compression", CompressionName(compression)},
+                          {"num_epochs", num_epochs}}));
   SPDLOG_INFO("dispatcher: job {} ({} samples, sharding {})", id, req.num_samples(), sharding);
   resp->set_job_id(id);
   return absl::OkStatus();
@@ -216,7 +221,18 @@ void Dispatcher::ListTasks(WorkerHeartbeatResponse* resp) {
     t->set_spec_json(state_.datasets().at(job.fingerprint));
     t->set_sharding(job.sharding);
     t->set_compression(job.compression);
+    t->set_num_epochs(job.num_epochs);
   }
+}
+
+void Dispatcher::SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin,
+                          int64_t end, GetSplitResponse* resp) {
+  int64_t epoch = begin / job.num_samples;
+  resp->set_kind(GetSplitResponse::SPLIT);
+  resp->set_split_id(split_id);
+  resp->set_epoch(epoch);
+  resp->set_begin(begin - epoch * job.num_samples);
+  resp->set_end(end - epoch * job.num_samples);
 }
 
 absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* resp) {
@@ -237,10 +253,7 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
       it != job->last_lease.end() && it->second != req.last_split_id()) {
     const auto& s = job->splits.at(it->second);
     if (!s.done && s.worker_id == req.worker_id()) {
-      resp->set_kind(GetSplitResponse::SPLIT);
-      resp->set_split_id(it->second);
-      resp->set_begin(s.begin);
-      resp->set_end(s.end);
+      SetSplit(*job, it->second, s.begin, s.end, resp);
       return absl::OkStatus();
     }
   }
@@ -251,15 +264,14 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
                             {"split_id", split_id},
                             {"worker_id", req.worker_id()}}));
     const auto& s = job->splits.at(split_id);
-    resp->set_kind(GetSplitResponse::SPLIT);
-    resp->set_split_id(split_id);
-    resp->set_begin(s.begin);
-    resp->set_end(s.end);
+    SetSplit(*job, split_id, s.begin, s.end, resp);
     return absl::OkStatus();
   }
-  if (job->next_sample < job->num_samples) {
+  if (job->next_sample < job->positions()) {
     int64_t n = std::clamp<int64_t>(req.wanted_samples(), 1, int64_t{1} << 24);
-    int64_t begin = job->next_sample, end = std::min(job->num_samples, begin + n);
+    int64_t begin = job->next_sample;
+    int64_t epoch_end = (begin / job->num_samples + 1) * job->num_samples;  // never two epochs
+    int64_t end = std::min(epoch_end, begin + n);
     int64_t split_id = state_.next_split_id(job->id);
     RETURN_IF_ERROR(Update({{"type", "create_split"},
                             {"job_id", job->id},
@@ -267,10 +279,7 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
                             {"begin", begin},
                             {"end", end},
                             {"worker_id", req.worker_id()}}));
-    resp->set_kind(GetSplitResponse::SPLIT);
-    resp->set_split_id(split_id);
-    resp->set_begin(begin);
-    resp->set_end(end);
+    SetSplit(*job, split_id, begin, end, resp);
     return absl::OkStatus();
   }
   // Everything is handed out; leases still open may come back if their worker is lost.

@@ -2,7 +2,7 @@
 //
 // Glossary
 //   dataset   a pipeline spec, registered under its fingerprint (registering twice is a no-op).
-//   job       one epoch of a dataset being produced for its consumer(s); named jobs are shared by
+//   job       one or more epochs of a dataset produced for its consumer(s); named jobs are shared by
 //             name (GetOrCreateJob returns the existing one), anonymous jobs are new on every call.
 //   split     a contiguous run [begin, end) of the job's sample order (the source's shuffled index
 //             permutation), sized by the worker to take about 100 ms; the unit of dynamic sharding,
@@ -76,6 +76,9 @@ class Dispatcher {
  private:
   explicit Dispatcher(const DispatcherOptions& options) : options_(options) {}
   absl::Status Update(const nlohmann::json& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A SPLIT reply for positions [begin, end) of the job (epoch and positions within it).
+  static void SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin,
+                       int64_t end, GetSplitResponse* resp);
   // The tasks every worker should run now (unfinished jobs without an error).
   void ListTasks(WorkerHeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MonitorWorkers();

@@ -33,7 +33,7 @@ bool DispatcherState::JobFinished(const Job& job) const {
       if (!job.ended_workers.count(id)) return false;
     return true;
   }
-  return job.next_sample >= job.num_samples &&
+  return job.next_sample >= job.positions() &&
          job.done_splits == static_cast<int64_t>(job.splits.size());
 }
 
@@ -131,6 +131,13 @@ absl::Status DispatcherState::Apply(const json& u) {
       ASSIGN_OR_RETURN(job.num_samples, GetInt(u, "num_samples"));
       ASSIGN_OR_RETURN(job.sharding, GetString(u, "sharding", "dynamic"));
       ASSIGN_OR_RETURN(job.compression, GetString(u, "compression", "none"));
+      if (u.contains("num_epochs")) {
+        ASSIGN_OR_RETURN(job.num_epochs, GetInt(u, "num_epochs"));
+      }
+      if (job.num_epochs < 1 || job.num_epochs > kMaxEpochs)
+        return Malformed(u, StrCat("'num_epochs' must be 1 .. ", kMaxEpochs));
+      if (job.num_samples < 0 || job.num_samples > (int64_t{1} << 62) / job.num_epochs)
+        return Malformed(u, "'num_samples' times 'num_epochs' must be 0 .. 2^62");
       if (jobs_.count(job.id)) return Malformed(u, "the job exists already");
       if (!datasets_.count(job.fingerprint)) return Malformed(u, "its dataset is not registered");
       if (job.sharding != "dynamic" && job.sharding != "off")
@@ -175,8 +182,10 @@ absl::Status DispatcherState::Apply(const json& u) {
       ASSIGN_OR_RETURN(s.begin, GetInt(u, "begin"));
       ASSIGN_OR_RETURN(s.end, GetInt(u, "end"));
       ASSIGN_OR_RETURN(s.worker_id, GetId(u, "worker_id"));
-      if (s.begin != job->next_sample || s.end <= s.begin || s.end > job->num_samples)
+      if (s.begin != job->next_sample || s.end <= s.begin || s.end > job->positions())
         return absl::InvalidArgumentError(StrCat("split out of order: ", Describe(u)));
+      if (s.begin / job->num_samples != (s.end - 1) / job->num_samples)
+        return Malformed(u, "the split spans two epochs");
       if (job->splits.count(split_id)) return Malformed(u, "the split exists already");
       job->next_sample = s.end;
       job->last_lease[s.worker_id] = split_id;

@@ -4,11 +4,13 @@
 //
 // Updates are JSON objects with a "type":
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
-//   create_job {job_id, name, fingerprint, num_samples, sharding, compression}
+//   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs}
 //   register_worker {worker_id, address}
 //   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
 //                                                    consumer acknowledged go back to pending
 //   create_split {job_id, split_id, begin, end, worker_id}   a new run of the sample order, leased
+//                                                    (positions of all epochs in a row: position
+//                                                    p is epoch p / num_samples; never two epochs)
 //   lease_split {job_id, split_id, worker_id}        a pending split leased again
 //   ack_splits {job_id, split_ids}                   the consumer holds these splits in full
 //   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
@@ -32,6 +34,7 @@ namespace stoker::service {
 
 class DispatcherState {
  public:
+  static constexpr int64_t kMaxEpochs = 1000000;
   struct SplitInfo {
     int64_t begin = 0;
     int64_t end = 0;
@@ -42,10 +45,14 @@ class DispatcherState {
     int64_t id = 0;
     std::string name;  // empty: anonymous
     std::string fingerprint;
-    int64_t num_samples = 0;
+    int64_t num_samples = 0;  // per epoch
+    int64_t num_epochs = 1;
     std::string sharding = "dynamic";
     std::string compression = "none";  // of element payloads (element_codec.h)
-    int64_t next_sample = 0;  // the sample order before it has been handed out
+    // Positions 0 .. num_samples * num_epochs - 1 run through every epoch's sample order in turn;
+    // those before next_sample have been handed out.
+    int64_t next_sample = 0;
+    int64_t positions() const { return num_samples * num_epochs; }
     std::map<int64_t, SplitInfo> splits;
     std::deque<int64_t> pending;  // splits whose lease holder was lost, to lease again
     int64_t done_splits = 0;

@@ -146,6 +146,7 @@ void Worker::HeartbeatLoop() {
           task->spec = t.spec_json();
           task->sharding = t.sharding();
           task->compression = ParseCompression(t.compression()).value_or(Compression::kNone);
+          task->num_epochs = std::max<int64_t>(1, t.num_epochs());
           Worker::Task* raw = task.get();
           tasks_[t.job_id()] = std::move(task);
           raw->thread = StartThread(StrCat("task-", t.job_id()), [this, raw] { RunTask(raw); });
@@ -212,15 +213,19 @@ bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
 
 absl::Status Worker::RunWholePipeline(Task* task) {
   ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec));
-  auto it = pipeline->MakeIterator(0, options_.threads);
-  for (int64_t seq = 0;; ++seq) {
-    ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
-    if (!e) return absl::OkStatus();
-    ElementData d;
-    d.set_split_id(-1);
-    d.set_sequence(seq);
-    if (!Push(task, std::move(d), &*e)) return absl::OkStatus();
+  int64_t seq = 0;
+  for (int64_t epoch = 0; epoch < task->num_epochs; ++epoch) {
+    auto it = pipeline->MakeIterator(epoch, options_.threads);
+    while (true) {
+      ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
+      if (!e) break;
+      ElementData d;
+      d.set_split_id(-1);
+      d.set_sequence(seq++);
+      if (!Push(task, std::move(d), &*e)) return absl::OkStatus();
+    }
   }
+  return absl::OkStatus();
 }
 
 absl::Status Worker::RunDynamic(Task* task) {
@@ -259,7 +264,7 @@ absl::Status Worker::RunDynamic(Task* task) {
     // Process the split through a fresh iterator, so that its elements are exactly its samples.
     auto start = Clock::now();
     OneSplit provider(resp.begin(), resp.end());
-    auto it = pipeline->MakeIterator(0, options_.threads, &provider);
+    auto it = pipeline->MakeIterator(resp.epoch(), options_.threads, &provider);
     std::optional<data::Element> prev;
     int64_t seq = 0;
     auto push = [&](const data::Element* e, bool last) {

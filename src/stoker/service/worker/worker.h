@@ -71,6 +71,7 @@ class Worker {
     std::string spec;
     std::string sharding;
     Compression compression = Compression::kNone;
+    int64_t num_epochs = 1;  // sharding off: the epochs to run; dynamic: each split names its own
     std::deque<Buffered> buffer;  // indices first_index, first_index + 1, ...
     int64_t first_index = 0;
     int64_t next_index = 0;  // given to the next element produced
