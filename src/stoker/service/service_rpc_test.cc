@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/data/pipeline.h"
 #include "stoker/service/client/client.h"
 #include "stoker/service/common/grpc_util.h"
 #include "stoker/service/dispatcher/dispatcher.h"
@@ -482,6 +483,22 @@ TEST_F(ServiceRpcTest, DISABLED_HostileSampleCountsDoNotPoisonTheJournal) {
   }
   StartDispatcher(dispatcher_->port());
   ExpectNormalJobCompletes(100);
+}
+
+// DISABLED: bug "GetOrCreateJob trusts the client's fingerprint" (/work/notes/bugs.md #5). A
+// request whose fingerprint is not its spec's registers the spec under another spec's
+// fingerprint; every later job of that other spec then runs the wrong pipeline.
+TEST_F(ServiceRpcTest, DISABLED_AMismatchedFingerprintDoesNotHijackASpec) {
+  auto honest = data::Pipeline::FromString(RangeSpec(200));
+  ASSERT_TRUE(honest.ok()) << honest.status();
+  GetOrCreateJobRequest req;
+  req.set_spec_json(RangeSpec(5));
+  req.set_fingerprint((*honest)->fingerprint());
+  req.set_num_samples(5);
+  GetOrCreateJobResponse resp;
+  grpc::Status s = GetOrCreateJob(req, &resp);
+  EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  ExpectNormalJobCompletes(200);
 }
 
 // DISABLED: bug "worker reports one failed job per heartbeat" (/work/notes/bugs.md). Worker keeps a
