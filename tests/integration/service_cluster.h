@@ -58,6 +58,7 @@ class Process {
     }
   }
   int pid() const { return pid_; }
+  void Signal(int sig) { ::kill(pid_, sig); }
   void Kill9() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, &status_, 0);

@@ -160,6 +160,34 @@ TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
   }
 }
 
+// SIGTERM is a graceful stop: the worker finishes its splits, waits until the client has them, and
+// tells the dispatcher it leaves (no timeout to wait out); the epoch completes exactly once.
+TEST_F(ServiceTest, WorkerStoppedWithSigtermDrainsAndLeaves) {
+  ServiceCluster cluster(TrialDir("sigterm"));
+  const int n = 400000;
+  std::string spec = WriteSpec(cluster.dir(), n);
+  setenv("STOKER_LOG", "info", 1);  // the dispatcher logs "left" at info level
+  cluster.StartDispatcher();
+  unsetenv("STOKER_LOG");
+  cluster.AddWorker();
+  cluster.AddWorker();
+  auto consume = cluster.StartConsume(spec);
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (ReadWholeFile(cluster.dir() + "/consume.out").size() < 2000 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_FALSE(consume->Exited()) << "the epoch ended before the worker was stopped";
+  cluster.worker(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster.worker(0).Wait(milliseconds(20000)), 0)
+      << ReadWholeFile(cluster.dir() + "/worker0.err");
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
+      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ExpectExactlyOnce(cluster, n);
+  std::string log = ReadWholeFile(cluster.dir() + "/dispatcher.err");
+  EXPECT_NE(log.find(") left"), std::string::npos) << log;
+  EXPECT_EQ(log.find("missed its heartbeats"), std::string::npos) << log;
+}
+
 TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {
   ServiceCluster cluster(TrialDir("added"));
   const int n = 200000;

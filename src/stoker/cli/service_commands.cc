@@ -75,6 +75,7 @@ struct WorkerCliOptions {
   int heartbeat_ms = 500;
   int64_t buffer_bytes = int64_t{256} << 20;
   int threads = 0;
+  int drain_timeout_ms = 10000;
 };
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
@@ -93,6 +94,9 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
               worker->address().c_str(), health->port(), o.dispatcher.c_str());
   std::fflush(stdout);
   WaitForSignal();
+  // SIGTERM/SIGINT: a graceful stop (scale-down). SIGKILL is covered by the leases.
+  std::fprintf(stderr, "worker: draining (at most %d ms), then leaving\n", o.drain_timeout_ms);
+  worker->Drain(std::chrono::milliseconds(o.drain_timeout_ms));
   return absl::OkStatus();
 }
 
@@ -324,6 +328,9 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
                 "ready elements kept per job, in bytes (default 256 MiB)");
   w->add_option("--threads", worker_options.threads, "pipeline threads (default: the spec's)");
+  w->add_option("--drain-timeout-ms", worker_options.drain_timeout_ms,
+                "on SIGTERM/SIGINT: finish the current splits and wait this long for clients to "
+                "receive them before leaving (default 10000)");
   w->callback([=] { *result = RunWorker(worker_options); });
 
   static ConsumeOptions consume_options;

@@ -175,6 +175,14 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   if (req.address().empty()) return absl::InvalidArgumentError("worker heartbeat without address");
   absl::MutexLock lock(&mu_);
   int64_t id = req.worker_id();
+  if (req.leaving()) {
+    if (state_.workers().count(id)) {
+      SPDLOG_INFO("dispatcher: worker {} ({}) left", id, req.address());
+      RETURN_IF_ERROR(Update({{"type", "remove_worker"}, {"worker_id", id}}));
+      last_heartbeat_.erase(id);
+    }
+    return absl::OkStatus();
+  }
   if (id == 0 || !state_.workers().count(id)) {
     if (id != 0) SPDLOG_WARN("dispatcher: worker {} was lost; registering it again", id);
     id = state_.next_worker_id();

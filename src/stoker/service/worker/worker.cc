@@ -105,13 +105,48 @@ Worker::~Worker() {
     if (t->thread.joinable()) t->thread.join();
 }
 
+void Worker::Drain(std::chrono::milliseconds timeout) {
+  auto deadline = absl::Now() + absl::FromChrono(timeout);
+  int64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    for (auto& [job, t] : tasks_)
+      if (t->sharding == "off") t->cancelled = true;
+    // Every task's producer finished its split and every element it made was handed out and
+    // acknowledged (the client asked past it). Heartbeats go on meanwhile, so the dispatcher
+    // does not lease these splits to others.
+    auto drained = [&] {
+      for (const auto& [job, t] : tasks_)
+        if (!t->cancelled && (!t->producer_done || !t->buffer.empty())) return false;
+      return true;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&drained), deadline))
+      SPDLOG_WARN("worker {}: drain timed out; leaving with elements not yet received", address_);
+    heartbeats_stopped_ = true;  // no heartbeat may follow the leaving one (it would re-register)
+    id = worker_id_;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  WorkerHeartbeatRequest req;
+  req.set_worker_id(id);
+  req.set_address(address_);
+  req.set_leaving(true);
+  WorkerHeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, std::chrono::seconds(2));
+  grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
+  if (!s.ok())
+    SPDLOG_WARN("worker {}: could not tell dispatcher {} it leaves ({}); it will notice the missed "
+                "heartbeats", address_, options_.dispatcher_address, s.error_message());
+}
+
 void Worker::HeartbeatLoop() {
   auto backoff = options_.heartbeat_interval;
   while (true) {
     WorkerHeartbeatRequest req;
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_ || heartbeats_stopped_) return;
       req.set_worker_id(worker_id_);
       req.set_failed_job(failed_job_);
       req.set_task_error(task_error_);
@@ -174,8 +209,9 @@ void Worker::HeartbeatLoop() {
       auto wait = !s.ok() ? backoff
                   : changed ? std::chrono::milliseconds(2) - elapsed  // never a busy loop
                             : options_.heartbeat_interval - elapsed;
+      auto stop = [&] { return stopping_ || heartbeats_stopped_; };
       if (wait > Clock::duration::zero())
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(wait));
+        mu_.AwaitWithTimeout(absl::Condition(&stop), absl::FromChrono(wait));
     }
     for (auto& t : finished) t.join();
   }
@@ -241,7 +277,7 @@ absl::Status Worker::RunDynamic(Task* task) {
         return Stopped(task) || task->buffered_bytes < options_.buffer_bytes / 2;
       };
       mu_.Await(absl::Condition(&room));
-      if (Stopped(task)) return absl::OkStatus();
+      if (Stopped(task) || draining_) return absl::OkStatus();
       req.set_worker_id(worker_id_);
     }
     req.set_job_id(task->job_id);

@@ -53,6 +53,12 @@ class Worker {
   static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);
   ~Worker();  // stops serving, cancels tasks and joins every thread
 
+  // A graceful stop (scale-down): asks for no more splits, finishes the ones it runs, waits until
+  // clients have received every buffered element (or `timeout` passes), then tells the dispatcher
+  // it leaves, so that splits no consumer acknowledged are leased again at once. Tasks with
+  // sharding off are abandoned (their stream would be cut short). Call it once, before destruction.
+  void Drain(std::chrono::milliseconds timeout);
+
   int port() const { return port_; }
   const std::string& address() const { return address_; }
 
@@ -108,6 +114,8 @@ class Worker {
   int64_t failed_job_ ABSL_GUARDED_BY(mu_) = 0;  // to report in the next heartbeat
   std::string task_error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;            // no new splits
+  bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop
 };
 
 }  // namespace stoker::service
