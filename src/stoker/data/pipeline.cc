@@ -273,11 +273,14 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
                            ? static_cast<int>(threads)
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   pipeline->spec_ = spec;
-  json canonical = spec;
-  canonical.erase("threads");
-  pipeline->fingerprint_ =
-      HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
+  pipeline->fingerprint_ = Fingerprint(spec);
   return std::shared_ptr<const Pipeline>(std::move(pipeline));
+}
+
+std::string Pipeline::Fingerprint(const json& spec) {
+  json canonical = spec;
+  if (canonical.is_object()) canonical.erase("threads");
+  return HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string_view text) {

@@ -40,6 +40,9 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
   // Stable hex digest of the spec (key order and whitespace do not matter; "threads" is left
   // out because it does not change the output).
   const std::string& fingerprint() const { return fingerprint_; }
+  // The same digest from the spec's JSON alone, without building the pipeline (which opens its
+  // source): what the dispatcher checks a client's fingerprint against.
+  static std::string Fingerprint(const nlohmann::json& spec);
   const nlohmann::json& spec() const { return spec_; }
   bool deterministic() const { return deterministic_; }
   // Threads of the CPU pool an iterator gets ("threads" in the spec, else the machine's cores).

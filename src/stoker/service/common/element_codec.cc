@@ -50,6 +50,7 @@ class Reader {
     return true;
   }
   bool AlignTo8() { return Skip((8 - pos_ % 8) % 8); }
+  size_t left() const { return bytes_.size() - pos_; }
   size_t pos() const { return pos_; }
 
  private:
@@ -72,6 +73,15 @@ absl::StatusOr<Buffer> Decompress(const Buffer& all) {
     return Malformed(all.size(), StrCat("decompressed length ", size, " over the limit"), 8);
   const char* src = all.chars() + kCompressedHeader;
   size_t src_size = all.size() - kCompressedHeader;
+  // Check that the compressed bytes can hold `size` before allocating it.
+  if (algorithm == static_cast<uint8_t>(Compression::kZstd)) {
+    unsigned long long framed = ZSTD_getFrameContentSize(src, src_size);
+    if (framed != size)
+      return Malformed(all.size(), "zstd frame does not state the decoded length", kCompressedHeader);
+  } else if (algorithm == static_cast<uint8_t>(Compression::kLz4)) {
+    if (size > static_cast<uint64_t>(src_size) * 255 + 16)  // lz4 expands at most ~255x
+      return Malformed(all.size(), "lz4 data too short for its decoded length", kCompressedHeader);
+  }
   MutableBuffer out(size);
   if (algorithm == static_cast<uint8_t>(Compression::kZstd)) {
     size_t n = ZSTD_decompress(out.data(), size, src, src_size);
@@ -211,11 +221,16 @@ absl::StatusOr<data::Element> DecodeElement(Buffer all) {
   data::Element e;
   uint32_t nkeys, nfields;
   if (!r.Get(&e.sample_index) || !r.Get(&e.epoch) || !r.Get(&nkeys)) return bad("short header");
-  if (nkeys > view.size()) return bad("key count");
-  e.keys.resize(nkeys);
-  for (auto& k : e.keys)
+  // Counts are bounded by the bytes left (a key takes at least 4, a field at least 17), and
+  // entries are added as they are read: a small payload cannot make the decoder allocate much.
+  if (nkeys > r.left() / 4) return bad("key count");
+  e.keys.reserve(nkeys);
+  for (uint32_t i = 0; i < nkeys; ++i) {
+    std::string k;
     if (!r.GetString(&k)) return bad("key");
-  if (!r.Get(&nfields) || nfields > view.size()) return bad("field count");
+    e.keys.push_back(std::move(k));
+  }
+  if (!r.Get(&nfields) || nfields > r.left() / 17) return bad("field count");
   for (uint32_t i = 0; i < nfields; ++i) {
     std::string name;
     uint8_t dtype;
@@ -232,9 +247,15 @@ absl::StatusOr<data::Element> DecodeElement(Buffer all) {
     if (!r.Get(&size) || !r.AlignTo8()) return bad("data length");
     size_t start = r.pos();
     if (!r.Skip(size)) return bad("data shorter than its length");
-    if (t.dtype != data::DType::kBytes &&
-        static_cast<uint64_t>(t.NumValues()) * data::DTypeSize(t.dtype) != size)
-      return bad(StrCat("field '", name, "' size does not match shape ", t.ShapeString()));
+    if (t.dtype != data::DType::kBytes) {
+      // The shape's byte size, without overflow (hostile dims must not wrap to the data length).
+      uint64_t bytes = data::DTypeSize(t.dtype);
+      for (int64_t d : t.shape)
+        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+          return bad(StrCat("field '", name, "' shape overflows"));
+      if (bytes != size)
+        return bad(StrCat("field '", name, "' size does not match shape ", t.ShapeString()));
+    }
     t.data = all.Slice(start, size);
     e.fields.emplace(std::move(name), std::move(t));
   }

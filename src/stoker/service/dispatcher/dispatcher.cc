@@ -8,6 +8,7 @@
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/data/pipeline.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
@@ -93,8 +94,20 @@ int64_t Dispatcher::updates_applied() const {
 }
 
 absl::Status Dispatcher::Update(const json& update) {
-  if (journal_) RETURN_IF_ERROR(journal_->Append(update));
+  // Applied first, so that an update the state refuses never reaches the journal (a restart would
+  // then fail on it). Nothing sees the change before it is durable: mu_ is held until the journal
+  // has it, and replies go out after that. If the journal cannot take it, the state is ahead of
+  // the journal: stop, so that a restart replays a consistent state (clients and workers retry).
   RETURN_IF_ERROR(state_.Apply(update));
+  if (journal_) {
+    absl::Status s = journal_->Append(update);
+    if (!s.ok()) {
+      SPDLOG_CRITICAL("dispatcher: cannot journal an applied update ({}); exiting so that a "
+                      "restart replays a consistent state", s.ToString());
+      std::fflush(nullptr);
+      std::abort();
+    }
+  }
   ++updates_;
   const std::string type = update.value("type", "");
   if (type == "create_job" || type == "job_error" || type == "ack_splits" || type == "worker_ended")
@@ -138,6 +151,20 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                                              DispatcherState::kMaxEpochs));
   if (req.fingerprint().empty() || req.spec_json().empty())
     return absl::InvalidArgumentError("GetOrCreateJob needs a spec and its fingerprint");
+  // Datasets are keyed by fingerprint: one computed here, never trusted from the request, so a
+  // wrong one cannot make another spec's jobs run this spec. (The spec itself is checked by the
+  // workers, which can open its source; the dispatcher need not reach the data.)
+  nlohmann::json spec = nlohmann::json::parse(req.spec_json(), nullptr, /*allow_exceptions=*/false);
+  if (spec.is_discarded() || !spec.is_object())
+    return absl::InvalidArgumentError("GetOrCreateJob: the spec is not a JSON object");
+  if (data::Pipeline::Fingerprint(spec) != req.fingerprint())
+    return absl::InvalidArgumentError(
+        StrCat("GetOrCreateJob: fingerprint ", req.fingerprint().substr(0, 64),
+               " is not the spec's (", data::Pipeline::Fingerprint(spec),
+               "); send Pipeline::fingerprint() of the spec you send"));
+  if (req.num_samples() < 0 || req.num_samples() > (int64_t{1} << 62) / num_epochs)
+    return absl::InvalidArgumentError(StrCat("num_samples ", req.num_samples(),
+                                             " times num_epochs must be 0 .. 2^62"));
   if (sharding == "dynamic" && req.num_samples() <= 0)
     return absl::InvalidArgumentError(
         "dynamic sharding needs a pipeline over an indexed source (a dataset, range or memory "
@@ -316,7 +343,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
   if (!acks.empty())
     RETURN_IF_ERROR(Update({{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}}));
   for (int64_t worker_id : req.ended_workers())
-    if (!job->ended_workers.count(worker_id))
+    if (state_.workers().count(worker_id) && !job->ended_workers.count(worker_id))
       RETURN_IF_ERROR(Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
   for (const auto& [id, w] : state_.workers()) {
     WorkerInfo* info = resp->add_workers();

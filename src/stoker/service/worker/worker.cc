@@ -148,8 +148,10 @@ void Worker::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_ || heartbeats_stopped_) return;
       req.set_worker_id(worker_id_);
-      req.set_failed_job(failed_job_);
-      req.set_task_error(task_error_);
+      if (!failures_.empty()) {
+        req.set_failed_job(failures_.begin()->first);
+        req.set_task_error(failures_.begin()->second);
+      }
       for (const auto& [id, t] : tasks_)
         if (!t->cancelled) req.add_running_jobs(id);
     }
@@ -171,7 +173,7 @@ void Worker::HeartbeatLoop() {
         if (worker_id_ != resp.worker_id())
           SPDLOG_INFO("worker {}: registered as worker {}", address_, resp.worker_id());
         worker_id_ = resp.worker_id();
-        if (failed_job_ == req.failed_job()) failed_job_ = 0;
+        failures_.erase(req.failed_job());
         std::set<int64_t> listed;
         for (const stoker::service::Task& t : resp.tasks()) {
           listed.insert(t.job_id());
@@ -222,8 +224,7 @@ void Worker::RunTask(Task* task) {
   absl::MutexLock lock(&mu_);
   if (!s.ok() && !Stopped(task)) {
     SPDLOG_ERROR("worker {}: job {} failed: {}", address_, task->job_id, s.ToString());
-    failed_job_ = task->job_id;
-    task_error_ = std::string(s.message());
+    failures_[task->job_id] = std::string(s.message());
   }
   task->producer_done = true;
 }

@@ -111,8 +111,9 @@ class Worker {
   absl::Mutex mu_;
   std::map<int64_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t failed_job_ ABSL_GUARDED_BY(mu_) = 0;  // to report in the next heartbeat
-  std::string task_error_ ABSL_GUARDED_BY(mu_);
+  // Failed tasks not yet reported (job id -> error): one goes in each heartbeat until the
+  // dispatcher has answered a heartbeat that carried it.
+  std::map<int64_t, std::string> failures_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;            // no new splits
   bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop
