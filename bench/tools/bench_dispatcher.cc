@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/data/pipeline.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 
@@ -161,8 +162,9 @@ bool RunOnce(const std::string& mode, const std::string& work_dir, int clients, 
   {
     auto stub = NewStub(port);
     svc::GetOrCreateJobRequest req;
-    req.set_spec_json(R"({"source": {"range": 1}, "ops": []})");  // never run: no real worker
-    req.set_fingerprint("stoker-bench-dispatcher");
+    const std::string spec = R"({"source": {"range": 1}, "ops": []})";  // never run: no worker
+    req.set_spec_json(spec);
+    req.set_fingerprint(stoker::data::Pipeline::Fingerprint(nlohmann::json::parse(spec)));
     req.set_num_samples(int64_t{1} << 50);
     svc::GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
