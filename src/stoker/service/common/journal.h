@@ -1,6 +1,6 @@
 // The dispatcher's journal: an append-only file of updates (one JSON object a line) in its work
-// directory. An update is written and flushed to disk before the state applies it, so replaying the
-// file rebuilds the state after a crash. A torn last line (a crash mid-write) is ignored.
+// directory. An update is written and flushed to disk before any RPC can see its effect, so
+// replaying the file rebuilds the state after a crash (see Dispatcher::Update for the order). A torn last line (a crash mid-write) is ignored.
 //
 // Thread safety: not thread-safe; the owner serialises calls (the dispatcher holds its mutex).
 #pragma once

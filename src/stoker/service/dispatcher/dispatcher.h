@@ -26,8 +26,10 @@
 // client drops those it already has.
 //
 // Durability: the state (dispatcher_state.h) changes only through Apply(update), and each update is
-// appended to the journal in work_dir before it is applied. A restarted dispatcher replays it; its
-// workers and clients retry their RPCs and carry on.
+// in the journal in work_dir before any RPC sees its effect: it is applied and journaled under the
+// mutex, and replies go out after (an update the state refuses is never journaled; a failed
+// journal write stops the dispatcher). A restarted dispatcher replays the journal; its workers and
+// clients retry their RPCs and carry on.
 //
 // Thread safety: all public methods are thread-safe (one mutex; it is held while an update is
 // journaled so that the journal order is the apply order, but never across an RPC).
