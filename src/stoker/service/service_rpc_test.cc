@@ -85,6 +85,15 @@ std::string VarintField(int field, uint64_t v) {
 // A spec over `n` in-memory samples (keys "0" .. "n-1").
 std::string RangeSpec(int64_t n) { return StrCat(R"({"source": {"range": )", n, "}}"); }
 
+std::string Fingerprint(const std::string& spec) {
+  auto pipeline = data::Pipeline::FromString(spec);
+  return pipeline.ok() ? (*pipeline)->fingerprint() : StrCat("no-spec-", spec.size());
+}
+
+// A spec that parses but fails when it runs (decode_image of an int64 field).
+const char kFailsWhenRun[] =
+    R"({"source": {"range": 10}, "ops": [{"op": "decode_image", "field": "value"}]})";
+
 class ServiceRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -164,18 +173,25 @@ class ServiceRpcTest : public ::testing::Test {
     return worker_stub_->GetElements(&ctx, req, resp);
   }
 
-  int64_t CreateJob(const std::string& spec, const std::string& fingerprint, int64_t num_samples,
-                    const std::string& name = "") {
+  // Asks for a job of `spec` under the spec's own fingerprint (a made-up one if it does not parse).
+  grpc::Status TryCreateJob(const std::string& spec, int64_t num_samples, int64_t* job_id,
+                            const std::string& name = "") {
     GetOrCreateJobRequest req;
     req.set_spec_json(spec);
-    req.set_fingerprint(fingerprint);
+    req.set_fingerprint(Fingerprint(spec));
     req.set_num_samples(num_samples);
     req.set_job_name(name);
     GetOrCreateJobResponse resp;
     grpc::Status s = GetOrCreateJob(req, &resp);
+    *job_id = resp.job_id();
+    return s;
+  }
+  int64_t CreateJob(const std::string& spec, int64_t num_samples, const std::string& name = "") {
+    int64_t id = 0;
+    grpc::Status s = TryCreateJob(spec, num_samples, &id, name);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    EXPECT_GT(resp.job_id(), 0);
-    return resp.job_id();
+    EXPECT_GT(id, 0);
+    return id;
   }
 
   // The error the dispatcher reports for `job_id` once a worker failed to run it ("" if none
@@ -236,7 +252,8 @@ std::vector<std::pair<std::string, int64_t>> BadJobs() {
   return {{"{this is not json", 10},
           {R"({"source": {"dataset": "/nonexistent/stoker-rpc-test/"}})", 10},
           {R"({"source": {"range": 10}, "ops": [{"op": "no_such_op"}]})", 10},
-          {R"({"source": {"range": 10}, "ops": [{"op": "batch", "size": "big"}]})", 10}};
+          {R"({"source": {"range": 10}, "ops": [{"op": "batch", "size": "big"}]})", 10},
+          {kFailsWhenRun, 10}};
 }
 
 // (a) Bytes that are not (or barely) protobuf, as the request of every method.
@@ -282,7 +299,7 @@ TEST_F(ServiceRpcTest, GarbageRequestsGetErrorsAndServersKeepServing) {
 // (b) Well-formed requests with hostile values.
 TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
   // A job of its own that the hostile calls below poke at (it never gets a consumer).
-  const int64_t victim = CreateJob(RangeSpec(100), "victim-fp", 100, "victim");
+  const int64_t victim = CreateJob(RangeSpec(100), 100, "victim");
 
   {  // GetOrCreateJob
     auto expect_code = [&](GetOrCreateJobRequest req, grpc::StatusCode code, const char* what) {
@@ -295,7 +312,7 @@ TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
     };
     GetOrCreateJobRequest ok;
     ok.set_spec_json(RangeSpec(10));
-    ok.set_fingerprint("fp10");
+    ok.set_fingerprint(Fingerprint(RangeSpec(10)));
     ok.set_num_samples(10);
     expect_code(GetOrCreateJobRequest(), grpc::StatusCode::INVALID_ARGUMENT, "empty request");
     auto r = ok;
@@ -325,14 +342,21 @@ TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
     EXPECT_TRUE(s.ok()) << s.error_message();
   }
 
-  // Jobs a worker cannot run end with an error the consumer sees; none takes a process down.
-  // (One at a time: see DISABLED_FailuresOfSeveralJobsAreAllReported.)
+  // Specs that cannot run are refused at once, or end with an error the consumer sees; none
+  // takes a process down.
   for (const auto& [spec, num_samples] : BadJobs()) {
-    int64_t job = CreateJob(spec, StrCat("bad-", num_samples, "-", spec), num_samples);
-    EXPECT_NE(WaitForJobError(job), "") << spec << " should fail with an error";
+    int64_t job = 0;
+    grpc::Status s = TryCreateJob(spec, num_samples, &job);
+    if (s.ok()) {
+      EXPECT_NE(WaitForJobError(job), "") << spec << " should fail with an error";
+    } else {
+      EXPECT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE) << spec;
+      EXPECT_NE(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << spec;
+      EXPECT_FALSE(s.error_message().empty()) << spec;
+    }
   }
   // The spec has 10 samples, the request claims 2^63-1: splits past the end are an error.
-  const int64_t other_job = CreateJob(RangeSpec(10), "fp10", 10);
+  const int64_t other_job = CreateJob(RangeSpec(10), 10);
   // Raw invalid UTF-8 in the spec and in the job name (proto3 strings must be UTF-8).
   for (const std::string& bytes :
        {LengthDelimited(1, "{\"source\": {\"range\": 3}} \xff") + LengthDelimited(2, "utf8") +
@@ -457,10 +481,8 @@ TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
 // Sample counts the dispatcher cannot use: each is refused, or accepted and then failed by the
 // worker, and either way the journal still replays (an update that the state refuses must never
 // be journaled).
-// DISABLED: bug "a rejected update poisons the journal" (/work/notes/bugs.md #4): with the
-// num_epochs checks in DispatcherState::Apply, GetOrCreateJob journals counts that Apply refuses
-// (dynamic > 2^62, off < 0) and the restart fails with DATA_LOSS.
-TEST_F(ServiceRpcTest, DISABLED_HostileSampleCountsDoNotPoisonTheJournal) {
+// (Found: notes/bugs.md #4, fixed in 53c2ac1.)
+TEST_F(ServiceRpcTest, HostileSampleCountsDoNotPoisonTheJournal) {
   for (const auto& [sharding, num_samples] :
        std::vector<std::pair<std::string, int64_t>>{{"dynamic", kMaxInt},
                                                     {"dynamic", int64_t{1} << 62},
@@ -469,7 +491,7 @@ TEST_F(ServiceRpcTest, DISABLED_HostileSampleCountsDoNotPoisonTheJournal) {
                                                     {"off", kMaxInt}}) {
     GetOrCreateJobRequest req;
     req.set_spec_json(RangeSpec(10));
-    req.set_fingerprint(StrCat("count-", sharding, num_samples));
+    req.set_fingerprint(Fingerprint(RangeSpec(10)));
     req.set_sharding(sharding);
     req.set_num_samples(num_samples);
     GetOrCreateJobResponse resp;
@@ -485,10 +507,10 @@ TEST_F(ServiceRpcTest, DISABLED_HostileSampleCountsDoNotPoisonTheJournal) {
   ExpectNormalJobCompletes(100);
 }
 
-// DISABLED: bug "GetOrCreateJob trusts the client's fingerprint" (/work/notes/bugs.md #5). A
-// request whose fingerprint is not its spec's registers the spec under another spec's
-// fingerprint; every later job of that other spec then runs the wrong pipeline.
-TEST_F(ServiceRpcTest, DISABLED_AMismatchedFingerprintDoesNotHijackASpec) {
+// A request whose fingerprint is not its spec's must not register the spec under another spec's
+// fingerprint (every later job of that other spec would run the wrong pipeline). (Found:
+// notes/bugs.md #5, fixed in 53c2ac1.)
+TEST_F(ServiceRpcTest, AMismatchedFingerprintDoesNotHijackASpec) {
   auto honest = data::Pipeline::FromString(RangeSpec(200));
   ASSERT_TRUE(honest.ok()) << honest.status();
   GetOrCreateJobRequest req;
@@ -501,15 +523,13 @@ TEST_F(ServiceRpcTest, DISABLED_AMismatchedFingerprintDoesNotHijackASpec) {
   ExpectNormalJobCompletes(200);
 }
 
-// DISABLED: bug "worker reports one failed job per heartbeat" (/work/notes/bugs.md). Worker keeps a
-// single failed_job_/task_error_; when several tasks fail between two heartbeats only the last is
-// reported, the others' consumers never see an error and never finish.
-TEST_F(ServiceRpcTest, DISABLED_FailuresOfSeveralJobsAreAllReported) {
+// Several tasks failing between two worker heartbeats: every job gets its error (the worker once
+// reported only the last; the others' consumers waited forever. Found: notes/bugs.md #1, fixed in
+// 53c2ac1.)
+TEST_F(ServiceRpcTest, FailuresOfSeveralJobsAreAllReported) {
   std::vector<int64_t> jobs;
-  for (const auto& [spec, num_samples] : BadJobs())
-    jobs.push_back(CreateJob(spec, StrCat("bad-", spec), num_samples));
-  for (size_t i = 0; i < jobs.size(); ++i)
-    EXPECT_NE(WaitForJobError(jobs[i]), "") << BadJobs()[i].first << " should fail with an error";
+  for (int i = 0; i < 4; ++i) jobs.push_back(CreateJob(kFailsWhenRun, 10));
+  for (int64_t job : jobs) EXPECT_NE(WaitForJobError(job), "") << "job " << job;
 }
 
 }  // namespace
