@@ -144,9 +144,11 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(options, spec));
   int64_t elements = 0, samples = 0;
+  double first_seconds = 0;  // job start-up: until the first element arrived
   while (o.max_elements < 0 || elements < o.max_elements) {
     ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
     if (!e) break;
+    if (elements == 0) first_seconds = Seconds(start);
     ++elements;
     samples += static_cast<int64_t>(e->keys.size());
     if (o.print_keys)
@@ -157,11 +159,11 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   auto stats = client->stats();
   std::fprintf(stderr,
                "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
-               "elements/s, %.1f MB/s; %lld duplicates dropped\n",
+               "elements/s, %.1f MB/s; %lld duplicates dropped; first element after %.0f ms\n",
                static_cast<long long>(elements), static_cast<long long>(samples),
                stats.bytes / 1e6, static_cast<long long>(client->job_id()), seconds,
                elements / seconds, stats.bytes / 1e6 / seconds,
-               static_cast<long long>(stats.duplicates));
+               static_cast<long long>(stats.duplicates), first_seconds * 1e3);
   return absl::OkStatus();
 }
 
