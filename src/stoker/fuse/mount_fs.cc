@@ -28,6 +28,13 @@ std::string VersionOf(const Attr& attr) {
   return StrCat(attr.size, "@", absl::ToUnixNanos(attr.mtime));
 }
 
+// The version part of the BlockCache keys that CachedStore reads use (cached_store.cc), so that
+// read-ahead lands where reads look. fuse_test checks that they meet (each block fetched once).
+std::string BlockVersionOf(const io::ObjectInfo& info) {
+  if (!info.etag.empty()) return info.etag;
+  return StrCat("size=", info.size, ",mtime=", absl::ToUnixNanos(info.mtime));
+}
+
 }  // namespace
 
 MountFs::MountFs(std::shared_ptr<io::ObjectStore> base, std::string root_key,
@@ -40,7 +47,13 @@ MountFs::MountFs(std::shared_ptr<io::ObjectStore> base, std::string root_key,
       cached_(std::make_shared<io::CachedStore>(base_, cache_)),
       reader_(std::make_unique<io::RangedReader>(cached_)) {}
 
-MountFs::~MountFs() { reader_.reset(); }
+MountFs::~MountFs() {
+  reader_.reset();
+  // Read-ahead callbacks touch the cache and the counters: wait for the last one.
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* requests) { return *requests == 0; }, &prefetch_requests_));
+}
 
 std::string MountFs::KeyOf(std::string_view path) const {
   if (path.starts_with("/")) path.remove_prefix(1);
@@ -171,11 +184,14 @@ absl::StatusOr<size_t> MountFs::Read(File& file, char* out, size_t size, uint64_
   {
     absl::MutexLock lock(&file.mu_);
     uint64_t ahead = file.window_.OnRead(offset, length);
-    if (offset != file.next_offset_) file.prefetched_end_ = end;  // a seek: start over
-    file.next_offset_ = end;
-    uint64_t want_end = std::min(file_size, end + ahead);
+    if (!file.window_.sequential()) file.prefetched_end_ = end;  // a seek: start over
+    // Ends on a multiple of the request size (or of the window while it is smaller), so that
+    // read-ahead goes out as whole requests.
+    const uint64_t granule =
+        std::max<uint64_t>(1, std::min<uint64_t>(ahead, cached_->options().max_request_bytes));
+    uint64_t want_end = std::min(file_size, (end + ahead + granule - 1) / granule * granule);
     uint64_t have_end = std::max(file.prefetched_end_, end);
-    // Top the window up when less than half of it is left, in one request.
+    // Top the window up when less than half of it is left.
     if (want_end > have_end && have_end - end < ahead / 2) {
       uint64_t bytes = want_end - have_end;
       uint64_t in_flight = prefetch_in_flight_.fetch_add(bytes);
@@ -187,17 +203,95 @@ absl::StatusOr<size_t> MountFs::Read(File& file, char* out, size_t size, uint64_
       }
     }
   }
-  if (prefetch.length > 0) {
-    // Fills the shared cache; the bytes are dropped here and found there by later reads.
-    reader_->ReadRangesAsync(file.key_, {prefetch}, "", [this, bytes = prefetch.length](auto) {
-      prefetch_in_flight_.fetch_sub(bytes);
-    });
+  if (spdlog::should_log(spdlog::level::trace)) {
+    spdlog::trace("stoker mount: read {} [{}, +{}) window {} read-ahead [{}, +{})", file.key_,
+                  offset, length, read_ahead_window(file), prefetch.offset, prefetch.length);
   }
+  if (prefetch.length > 0) Prefetch(file, prefetch, prefetch.length);
   ASSIGN_OR_RETURN(std::vector<Buffer> parts, reader_->ReadRanges(file.key_, {{offset, length}}));
   const Buffer& got = parts.at(0);
   size_t n = static_cast<size_t>(std::min<uint64_t>(got.size(), length));
   std::memcpy(out, got.data(), n);
   return n;
+}
+
+void MountFs::Prefetch(const File& file, io::ByteRange range, uint64_t reserved) {
+  // The size and ETag as the cached store's reads see them (cached there: no request per call).
+  auto info = cached_->Stat(file.key_);
+  if (!info.ok() || range.offset >= info->size) {
+    prefetch_in_flight_.fetch_sub(reserved);  // the read itself will report the error
+    return;
+  }
+  const uint64_t block_size = std::max<uint64_t>(1, cached_->options().block_size);
+  const uint64_t max_blocks =
+      std::max<uint64_t>(1, cached_->options().max_request_bytes / block_size);
+  const std::string url = base_->Url(file.key_);
+  const std::string version = BlockVersionOf(*info);
+  const uint64_t object_size = info->size;
+  const uint64_t first = range.offset / block_size;
+  const uint64_t last = (std::min(object_size, range.offset + range.length) - 1) / block_size;
+
+  // Claim the missing blocks (single flight: a block another read is fetching is left to it),
+  // as runs of consecutive blocks within one aligned group of max_blocks, so that successive
+  // read-aheads make full-sized requests rather than leaving a stub at the end of each.
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // [first, last] block numbers
+  for (uint64_t b = first; b <= last; ++b) {
+    io::BlockCache::Handle hit;
+    auto outcome = cache_->LookupOrFetch({url, version, b}, &hit, [](auto) {});
+    if (outcome != io::BlockCache::Outcome::kFetch) continue;
+    if (!runs.empty() && runs.back().second + 1 == b && b % max_blocks != 0) {
+      runs.back().second = b;
+    } else {
+      runs.emplace_back(b, b);
+    }
+  }
+  uint64_t requested = 0;
+  for (const auto& [run_first, run_last] : runs) {
+    requested += std::min(object_size, (run_last + 1) * block_size) - run_first * block_size;
+  }
+  // What is cached or on its way already needs no reservation.
+  prefetch_in_flight_.fetch_sub(reserved - std::min(reserved, requested));
+  uint64_t left_reserved = std::min(reserved, requested);
+
+  for (const auto& [run_first, run_last] : runs) {
+    const uint64_t start = run_first * block_size;
+    const uint64_t stop = std::min(object_size, (run_last + 1) * block_size);
+    const uint64_t release = std::min(left_reserved, stop - start);
+    left_reserved -= release;
+    io::ReadRequest request{file.key_, {start, stop - start}, info->etag};
+    {
+      absl::MutexLock lock(&mu_);
+      ++prefetch_requests_;
+    }
+    // Straight to the base store: the blocks are claimed, so the cached store must not fetch them.
+    base_->ReadAsync(
+        std::move(request), [this, url, version, start, stop, block_size, run_first = run_first,
+                             run_last = run_last, release](absl::StatusOr<Buffer> data) {
+          if (data.ok() && data->size() != stop - start) {
+            data = absl::DataLossError(StrCat("read-ahead of bytes [", start, ", ", stop, ") of ",
+                                              url, ": got ", data->size(), " bytes"));
+          }
+          for (uint64_t b = run_first; b <= run_last; ++b) {
+            io::BlockKey key{url, version, b};
+            if (!data.ok()) {
+              cache_->Abandon(key, data.status());
+              continue;
+            }
+            Buffer block = data->Slice((b - run_first) * block_size, block_size);
+            // Its own storage, so that evicting the block frees it (as CachedStore does).
+            if (run_first != run_last) block = Buffer::Copy(block.view());
+            cache_->Fulfill(key, std::move(block));
+          }
+          prefetch_in_flight_.fetch_sub(release);
+          absl::MutexLock lock(&mu_);
+          --prefetch_requests_;
+        });
+  }
+}
+
+uint64_t MountFs::read_ahead_window(File& file) {
+  absl::MutexLock lock(&file.mu_);
+  return file.window_.window();
 }
 
 int MountFs::ErrnoFor(const absl::Status& status, std::string_view path) {

@@ -9,9 +9,11 @@
 //   large files  read through the read planner (RangedReader) over a CachedStore whose BlockCache
 //                is shared by every open file (one RAM budget, optional disk tier). A sequential
 //                reader gets a read-ahead window (ReadAheadWindow: doubles while sequential,
-//                resets on a seek); prefetches in flight across all files are capped at half the
-//                cache budget, so many open files cannot blow the budget. Random reads fetch only
-//                the cache blocks they touch.
+//                resets on a seek; reads the kernel sends out of order still count as
+//                sequential). Read-ahead fills the shared cache directly, block by block, without
+//                assembling the bytes for anyone; prefetches in flight across all files are capped
+//                at half the cache budget, so many open files cannot blow the budget. Random
+//                reads fetch only the cache blocks they touch.
 //   keep_cache   Open reports keep_cache when the file's version (ETag, else size and mtime) is
 //                the one seen at its previous open, so the kernel's page cache survives.
 //
@@ -87,6 +89,8 @@ class MountFs {
   io::BlockCache& cache() { return *cache_; }
   // Bytes of read-ahead requests in flight now (for tests and stats).
   uint64_t prefetch_bytes_in_flight() const { return prefetch_in_flight_.load(); }
+  // The read-ahead window of `file` now (bytes; for tests).
+  uint64_t read_ahead_window(File& file);
 
  private:
   struct Dir {
@@ -97,6 +101,12 @@ class MountFs {
   absl::StatusOr<std::shared_ptr<const Dir>> GetDir(std::string_view path);
   std::string KeyOf(std::string_view path) const;  // object key of a mount-relative path
   absl::StatusOr<size_t> ReadSmall(File& file, char* out, size_t size, uint64_t offset);
+  // Read-ahead of [range) of `file`, whose `reserved` bytes are already counted in
+  // prefetch_in_flight_: fetches the blocks that are neither cached nor being fetched into the
+  // shared cache, in requests of at most the CachedStore's max_request_bytes, and gives back the
+  // reservation as they land. Unlike a CachedStore read, it assembles no bytes for anyone (copying
+  // every prefetched byte twice more was most of the mount's CPU on a sequential read).
+  void Prefetch(const File& file, io::ByteRange range, uint64_t reserved);
 
   const std::shared_ptr<io::ObjectStore> base_;
   const std::string root_prefix_;  // "" or "folder/"
@@ -112,6 +122,7 @@ class MountFs {
   std::map<std::string, std::shared_ptr<const Dir>, std::less<>> dirs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> opened_versions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> logged_ ABSL_GUARDED_BY(mu_);
+  int prefetch_requests_ ABSL_GUARDED_BY(mu_) = 0;  // issued by Prefetch, not yet answered
 };
 
 // One open file. Created by MountFs::Open; thread-safe.
@@ -120,7 +131,7 @@ class MountFs::File {
   File(std::string key, Attr attr, uint64_t max_read_ahead)
       : key_(std::move(key)),
         attr_(std::move(attr)),
-        window_(io::ReadAheadWindow::kDefaultInitial, max_read_ahead) {}
+        window_(io::ReadAheadWindow::kDefaultInitial, max_read_ahead, /*tolerate_reorder=*/true) {}
   const Attr& attr() const { return attr_; }
 
  private:
@@ -129,7 +140,6 @@ class MountFs::File {
   const Attr attr_;
   absl::Mutex mu_;
   io::ReadAheadWindow window_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;     // where a sequential read continues
   uint64_t prefetched_end_ ABSL_GUARDED_BY(mu_) = 0;  // read-ahead requested up to here
   Buffer whole_ ABSL_GUARDED_BY(mu_);                 // a small file's bytes, once fetched
   bool have_whole_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,9 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/memory_store.h"
+#include "stoker/testing/latency_store.h"
 
 namespace stoker::fuse {
 namespace {
@@ -146,6 +148,65 @@ TEST_F(MountFsTest, ReadAheadStaysWithinTheGlobalBudget) {
       EXPECT_LE(fs.prefetch_bytes_in_flight(), 2u << 20);
     }
   }
+}
+
+// Waits (up to 10 s) until no read-ahead is in flight.
+bool WaitForReadAhead(MountFs& fs) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (fs.prefetch_bytes_in_flight() > 0) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+TEST_F(MountFsTest, ReadAheadFetchesEachBlockOnceInFewRequests) {
+  // A store with a time to first byte, so read-ahead is still in flight when reads arrive.
+  constexpr uint64_t kSize = 40 << 20;
+  const std::string expected = Pattern(kSize, 3);
+  store_->Set("data/seq.bin", Buffer::FromString(expected));
+  auto slow = std::make_shared<testing::LatencyStore>(
+      store_, testing::LatencyStore::Options{.latency = absl::Milliseconds(2)});
+  auto cache = std::make_shared<io::BlockCache>(256 << 20);
+  MountFs fs(slow, "data", cache);
+  bool keep;
+  auto file = fs.Open("/seq.bin", &keep);
+  ASSERT_TRUE(file.ok());
+  std::vector<char> buf(128 << 10);
+  for (uint64_t off = 0; off < kSize; off += buf.size()) {
+    auto n = fs.Read(**file, buf.data(), buf.size(), off);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(std::string_view(buf.data(), *n), std::string_view(expected).substr(off, *n)) << off;
+  }
+  ASSERT_TRUE(WaitForReadAhead(fs));
+  // Every 1 MiB block was fetched exactly once: the reads found what read-ahead put in the
+  // cache under the same keys (a mismatch would fetch every block twice).
+  EXPECT_EQ(cache->stats().misses, kSize >> 20);
+  // ...and read-ahead fetched runs of blocks, not one request per block.
+  EXPECT_LE(slow->reads(), 16);
+}
+
+TEST_F(MountFsTest, ReadsHandledOutOfOrderKeepTheWindowGrowing) {
+  // The kernel sends several 128 KiB reads at once; FUSE threads handle them in any order.
+  constexpr uint64_t kRead = 128 << 10;
+  const std::string expected = Pattern(5 << 20, 1);
+  bool keep;
+  auto file = fs_->Open("/big.bin", &keep);
+  ASSERT_TRUE(file.ok());
+  std::vector<char> buf(kRead);
+  uint64_t window = 0;
+  for (uint64_t pair = 0; pair < 8; ++pair) {
+    for (uint64_t off : {(2 * pair + 1) * kRead, 2 * pair * kRead}) {
+      auto n = fs_->Read(**file, buf.data(), kRead, off);
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_EQ(std::string_view(buf.data(), *n), std::string_view(expected).substr(off, *n));
+      if (pair > 0 || off == 0) {
+        EXPECT_GE(fs_->read_ahead_window(**file), window) << "reset at " << off;
+      }
+      window = fs_->read_ahead_window(**file);
+    }
+  }
+  EXPECT_EQ(window, 8u << 20);  // 64 MiB cache: the window is capped at an eighth of it
 }
 
 }  // namespace

@@ -21,9 +21,8 @@ CoalescedPlan CoalesceRanges(const std::vector<ByteRange>& ranges, uint64_t max_
   plan.sources.resize(ranges.size());
   std::vector<size_t> order(ranges.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return ranges[a].offset < ranges[b].offset;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ranges[a].offset < ranges[b].offset; });
   // The fetch being built: [start, end); open == false before the first range.
   bool open = false;
   bool open_to_end = false;
@@ -60,18 +59,31 @@ CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes
   return {hole_bytes, 3 * hole_bytes};
 }
 
-ReadAheadWindow::ReadAheadWindow(uint64_t initial, uint64_t max)
-    : initial_(initial), max_(std::max(initial, max)), window_(initial) {}
+ReadAheadWindow::ReadAheadWindow(uint64_t initial, uint64_t max, bool tolerate_reorder)
+    : initial_(initial),
+      max_(std::max(initial, max)),
+      tolerate_reorder_(tolerate_reorder),
+      window_(initial) {}
 
 uint64_t ReadAheadWindow::OnRead(uint64_t offset, uint64_t length) {
+  const uint64_t end = offset + length;
   if (next_offset_ == kNone) {
-    window_ = initial_;
-  } else if (offset == next_offset_) {
+    sequential_ = false;
+  } else if (tolerate_reorder_) {
+    // Behind the furthest end by at most a window (a read issued earlier, handled later), or
+    // inside the window already prefetched past it.
+    const uint64_t behind = next_offset_ - std::min(next_offset_, window_);
+    sequential_ = offset >= behind && offset <= next_offset_ + window_;
+  } else {
+    sequential_ = offset == next_offset_;
+  }
+  if (sequential_) {
     window_ = std::min(max_, window_ * 2);
+    next_offset_ = tolerate_reorder_ ? std::max(next_offset_, end) : end;
   } else {
     window_ = initial_;
+    next_offset_ = end;
   }
-  next_offset_ = offset + length;
   return window_;
 }
 

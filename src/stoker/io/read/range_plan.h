@@ -22,7 +22,7 @@ std::vector<ByteRange> SplitRange(ByteRange range, uint64_t part_size);
 // lie in them.
 struct CoalescedPlan {
   struct Source {
-    size_t fetch = 0;             // index into `fetches`
+    size_t fetch = 0;              // index into `fetches`
     uint64_t offset_in_fetch = 0;  // ranges[i] starts this many bytes into fetches[fetch]
     bool operator==(const Source&) const = default;
   };
@@ -53,23 +53,35 @@ CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes
 
 // A sequential reader's prefetch window: starts at `initial` bytes, doubles on each read that
 // continues where the previous one ended, up to `max`, and falls back to `initial` on a seek.
+//
+// With `tolerate_reorder`, a read also counts as sequential when it starts within one window of
+// the furthest end read so far: behind it, or ahead of it inside the range already handed out for
+// prefetch. That is for callers that see one stream's reads out of order, such as a FUSE file
+// system: the kernel's read-ahead sends it several reads at once, which its threads handle in any
+// order, and without this every reordering would reset the window.
 // Not thread-safe: one per open file.
 class ReadAheadWindow {
  public:
   static constexpr uint64_t kDefaultInitial = 1 << 20;
   static constexpr uint64_t kDefaultMax = 64 << 20;
-  explicit ReadAheadWindow(uint64_t initial = kDefaultInitial, uint64_t max = kDefaultMax);
+  explicit ReadAheadWindow(uint64_t initial = kDefaultInitial, uint64_t max = kDefaultMax,
+                           bool tolerate_reorder = false);
 
   // Records a read of [offset, offset + length) and returns how many bytes to prefetch from
   // offset + length on (the current window).
   uint64_t OnRead(uint64_t offset, uint64_t length);
   uint64_t window() const { return window_; }
+  // Whether the latest OnRead counted as sequential (false for the first read and on a seek).
+  bool sequential() const { return sequential_; }
 
  private:
   const uint64_t initial_;
   const uint64_t max_;
+  const bool tolerate_reorder_;
   uint64_t window_;
-  // Where the next read must start to count as sequential; kNone before the first read.
+  bool sequential_ = false;
+  // Where the next read must start to count as sequential (with tolerate_reorder: the furthest
+  // end read so far); kNone before the first read.
   static constexpr uint64_t kNone = ~uint64_t{0};
   uint64_t next_offset_ = kNone;
 };
@@ -81,9 +93,9 @@ class LatencyTracker {
  public:
   static constexpr size_t kWindow = 64;
   struct Options {
-    double multiple = 4.0;                            // hedge after multiple × median...
+    double multiple = 4.0;                           // hedge after multiple × median...
     absl::Duration floor = absl::Milliseconds(100);  // ...and after at least this long
-    int min_samples = 16;                             // no hedging before this many samples
+    int min_samples = 16;                            // no hedging before this many samples
   };
   LatencyTracker() : LatencyTracker(Options{}) {}
   explicit LatencyTracker(Options options) : options_(options) {}

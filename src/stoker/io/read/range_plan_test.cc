@@ -12,8 +12,8 @@ using ::testing::ElementsAre;
 using Source = CoalescedPlan::Source;
 
 TEST(SplitRangeTest, SplitsIntoPartsWithShortLast) {
-  EXPECT_THAT(SplitRange({100, 25}, 10), ElementsAre(ByteRange{100, 10}, ByteRange{110, 10},
-                                                     ByteRange{120, 5}));
+  EXPECT_THAT(SplitRange({100, 25}, 10),
+              ElementsAre(ByteRange{100, 10}, ByteRange{110, 10}, ByteRange{120, 5}));
   EXPECT_THAT(SplitRange({0, 20}, 10), ElementsAre(ByteRange{0, 10}, ByteRange{10, 10}));
   EXPECT_THAT(SplitRange({5, 3}, 10), ElementsAre(ByteRange{5, 3}));
   EXPECT_THAT(SplitRange({7, 0}, 10), ElementsAre(ByteRange{7, 0}));
@@ -34,8 +34,7 @@ TEST(CoalesceRangesTest, HoleOneByteTooLargeIsNotMerged) {
 TEST(CoalesceRangesTest, OverlappingAndContainedRanges) {
   auto plan = CoalesceRanges({{0, 100}, {10, 20}, {50, 100}, {10, 20}}, 0, 1000);
   EXPECT_THAT(plan.fetches, ElementsAre(ByteRange{0, 150}));
-  EXPECT_THAT(plan.sources,
-              ElementsAre(Source{0, 0}, Source{0, 10}, Source{0, 50}, Source{0, 10}));
+  EXPECT_THAT(plan.sources, ElementsAre(Source{0, 0}, Source{0, 10}, Source{0, 50}, Source{0, 10}));
 }
 
 TEST(CoalesceRangesTest, RespectsMaxCoalesced) {
@@ -61,7 +60,8 @@ TEST(CoalesceRangesTest, EmptyInputAndEmptyRanges) {
 }
 
 TEST(CoalesceLimitsTest, TtfbTimesBandwidth) {
-  EXPECT_EQ(CoalesceLimitsFor(absl::Milliseconds(30), 90e6), (CoalesceLimits{2'700'000, 8'100'000}));
+  EXPECT_EQ(CoalesceLimitsFor(absl::Milliseconds(30), 90e6),
+            (CoalesceLimits{2'700'000, 8'100'000}));
   EXPECT_EQ(CoalesceLimitsFor(absl::Microseconds(100), 2e9), (CoalesceLimits{200'000, 600'000}));
   EXPECT_EQ(CoalesceLimitsFor(absl::ZeroDuration(), 1e9), (CoalesceLimits{0, 0}));
   // The reader's defaults are the S3 figures.
@@ -91,6 +91,38 @@ TEST(ReadAheadWindowTest, Defaults) {
     offset += 4096;
   }
   EXPECT_EQ(last, 64u << 20);
+}
+
+TEST(ReadAheadWindowTest, ToleratesReorderedReadsInsideTheWindow) {
+  // Reads of 128 KiB issued together by the kernel and handled out of order.
+  constexpr uint64_t kRead = 128 << 10;
+  ReadAheadWindow w(1 << 20, 64 << 20, /*tolerate_reorder=*/true);
+  EXPECT_EQ(w.OnRead(0, kRead), 1u << 20);
+  EXPECT_FALSE(w.sequential());
+  EXPECT_EQ(w.OnRead(2 * kRead, kRead), 2u << 20);  // one read ahead of its turn
+  EXPECT_TRUE(w.sequential());
+  EXPECT_EQ(w.OnRead(kRead, kRead), 4u << 20);  // the late one, behind the furthest end
+  EXPECT_TRUE(w.sequential());
+  EXPECT_EQ(w.OnRead(3 * kRead, kRead), 8u << 20);
+  // Inside the window past the furthest end (already prefetched): still sequential.
+  EXPECT_EQ(w.OnRead(4 * kRead + (6 << 20), kRead), 16u << 20);
+  EXPECT_TRUE(w.sequential());
+  // More than a window behind, or beyond the window ahead: a seek.
+  EXPECT_EQ(w.OnRead(100 << 20, kRead), 1u << 20);
+  EXPECT_FALSE(w.sequential());
+  EXPECT_EQ(w.OnRead((99 << 20) + kRead, kRead), 2u << 20);  // one window behind the end
+  EXPECT_TRUE(w.sequential());
+  EXPECT_EQ(w.OnRead((100 << 20) - (5 << 20), kRead), 1u << 20);  // more than a window
+  EXPECT_FALSE(w.sequential());
+  EXPECT_EQ(w.OnRead((95 << 20) + kRead, kRead), 2u << 20);
+  EXPECT_EQ(w.OnRead((95 << 20) + 2 * kRead + (3 << 20), kRead), 1u << 20);
+  EXPECT_FALSE(w.sequential());
+
+  // Without tolerate_reorder the same out-of-order pair is a seek.
+  ReadAheadWindow strict(1 << 20, 64 << 20);
+  strict.OnRead(0, kRead);
+  EXPECT_EQ(strict.OnRead(2 * kRead, kRead), 1u << 20);
+  EXPECT_FALSE(strict.sequential());
 }
 
 TEST(LatencyTrackerTest, NoHedgingBeforeEnoughSamples) {
