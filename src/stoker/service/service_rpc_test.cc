@@ -296,6 +296,36 @@ TEST_F(ServiceRpcTest, GarbageRequestsGetErrorsAndServersKeepServing) {
   ExpectNormalJobCompletes(300);
 }
 
+// Unparseable requests to every method while a normal job runs do not disturb it. (Only bytes
+// that do not parse: a random request that happened to parse could, like any client, acknowledge
+// the job's splits or move its stream forward; the protocol has no authentication.)
+TEST_F(ServiceRpcTest, GarbageDuringAJobDoesNotDisturbIt) {
+  std::unique_ptr<google::protobuf::Message> requests[] = {
+      std::make_unique<GetOrCreateJobRequest>(), std::make_unique<WorkerHeartbeatRequest>(),
+      std::make_unique<GetSplitRequest>(), std::make_unique<ClientHeartbeatRequest>(),
+      std::make_unique<GetElementsRequest>()};
+  absl::Notification stop;
+  int calls = 0;
+  std::thread noise = StartThread("rpc-noise", [&] {
+    std::mt19937 rng(7);
+    while (!stop.HasBeenNotified()) {
+      for (size_t m = 0; m < std::size(kMethods); ++m) {
+        std::string bytes(1 + rng() % 48, '\0');
+        for (char& c : bytes) c = static_cast<char>(rng());
+        if (requests[m]->ParseFromString(bytes)) continue;
+        grpc::Status s = Raw(kMethods[m], bytes);
+        EXPECT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE) << kMethods[m];
+        EXPECT_NE(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << kMethods[m];
+        ++calls;
+      }
+    }
+  });
+  ExpectNormalJobCompletes(20000);
+  stop.Notify();
+  noise.join();
+  EXPECT_GT(calls, 0);
+}
+
 // (b) Well-formed requests with hostile values.
 TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
   // A job of its own that the hostile calls below poke at (it never gets a consumer).
