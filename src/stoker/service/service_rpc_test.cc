@@ -549,7 +549,8 @@ TEST_F(ServiceRpcTest, AMismatchedFingerprintDoesNotHijackASpec) {
   req.set_num_samples(5);
   GetOrCreateJobResponse resp;
   grpc::Status s = GetOrCreateJob(req, &resp);
-  EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "a wrong fingerprint is refused";
+  EXPECT_NE(s.error_message().find("fingerprint"), std::string::npos) << s.error_message();
   ExpectNormalJobCompletes(200);
 }
 
