@@ -96,7 +96,7 @@ Worker::~Worker() {
   }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   if (heartbeat_.joinable()) heartbeat_.join();
-  std::map<int64_t, std::unique_ptr<Task>> tasks;
+  std::map<int64_t, std::shared_ptr<Task>> tasks;
   {
     absl::MutexLock lock(&mu_);
     tasks.swap(tasks_);
@@ -178,7 +178,7 @@ void Worker::HeartbeatLoop() {
         for (const stoker::service::Task& t : resp.tasks()) {
           listed.insert(t.job_id());
           if (tasks_.count(t.job_id())) continue;
-          auto task = std::make_unique<Worker::Task>();
+          auto task = std::make_shared<Worker::Task>();
           task->job_id = t.job_id();
           task->spec = t.spec_json();
           task->sharding = t.sharding();
@@ -343,7 +343,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
     mu_.AwaitWithTimeout(absl::Condition(&known), absl::Milliseconds(50));
     auto it = tasks_.find(req.job_id());
     if (it != tasks_.end()) {
-      Task* task = it->second.get();
+      std::shared_ptr<Task> task = it->second;  // outlives a removal while we wait below
       while (!task->buffer.empty() && task->first_index < req.next_index()) {
         const Buffered& b = task->buffer.front();
         task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;

@@ -109,7 +109,8 @@ class Worker {
   std::thread heartbeat_;
 
   absl::Mutex mu_;
-  std::map<int64_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  // Shared: a GetElements call waiting on a task keeps it alive if the task is removed meanwhile.
+  std::map<int64_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Failed tasks not yet reported (job id -> error): one goes in each heartbeat until the
   // dispatcher has answered a heartbeat that carried it.
