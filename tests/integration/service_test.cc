@@ -44,6 +44,14 @@ void ExpectExactlyOnce(const ServiceCluster& cluster, int n, int copies = 1) {
   EXPECT_EQ(doubled, 0);
 }
 
+// Waits (at most 30 s) until consume.out holds `bytes` bytes of keys: the epoch is under way.
+void WaitUntilKeysArrive(const ServiceCluster& cluster, size_t bytes) {
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (ReadWholeFile(cluster.dir() + "/consume.out").size() < bytes &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));  // polling a file another process writes
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,11 +115,7 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   cluster.AddWorker();
   cluster.AddWorker();
   auto consume = cluster.StartConsume(spec);
-  // Wait (with a deadline) until the epoch is under way: keys are arriving.
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
-  while (ReadWholeFile(cluster.dir() + "/consume.out").size() < 2000 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(10));
+  WaitUntilKeysArrive(cluster, 2000);
   ASSERT_FALSE(consume->Exited()) << "the epoch ended before the dispatcher was killed";
   cluster.dispatcher().Kill9();
   cluster.StartDispatcher();  // same port and work dir: replays the journal
@@ -172,10 +176,7 @@ TEST_F(ServiceTest, WorkerStoppedWithSigtermDrainsAndLeaves) {
   cluster.AddWorker();
   cluster.AddWorker();
   auto consume = cluster.StartConsume(spec);
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
-  while (ReadWholeFile(cluster.dir() + "/consume.out").size() < 2000 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(10));
+  WaitUntilKeysArrive(cluster, 2000);
   ASSERT_FALSE(consume->Exited()) << "the epoch ended before the worker was stopped";
   cluster.worker(0).Signal(SIGTERM);
   EXPECT_EQ(cluster.worker(0).Wait(milliseconds(20000)), 0)
@@ -195,10 +196,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {
   cluster.StartDispatcher();
   cluster.AddWorker();
   auto consume = cluster.StartConsume(spec);
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
-  while (ReadWholeFile(cluster.dir() + "/consume.out").empty() &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(10));
+  WaitUntilKeysArrive(cluster, 1);
   cluster.AddWorker();
   ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
       << ReadWholeFile(cluster.dir() + "/consume.err");

@@ -71,6 +71,14 @@ grpc::ByteBuffer ElementsResponseBuilder::Finish(bool end_of_stream, int64_t str
   return out;
 }
 
+bool ParseElementsResponse(const grpc::ByteBuffer& buffer, GetElementsResponse* out) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out->ParseFromString(bytes);
+}
+
 void ElementsResponseBuilder::Flush() {
   if (pending_.empty()) return;
   slices_.emplace_back(pending_);  // copies the small bytes

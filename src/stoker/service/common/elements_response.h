@@ -34,4 +34,8 @@ class ElementsResponseBuilder {
   std::string pending_;  // small serialized bytes not yet in a slice
 };
 
+// Parses a serialized GetElementsResponse (what the generated client stub does; for tests and
+// tools that call Worker::GetElements directly). False if the bytes are not one.
+bool ParseElementsResponse(const grpc::ByteBuffer& buffer, GetElementsResponse* out);
+
 }  // namespace stoker::service

@@ -6,13 +6,9 @@ namespace stoker::service {
 namespace {
 
 // Parses the builder's bytes with the generated protobuf code.
-GetElementsResponse Parse(grpc::ByteBuffer buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+GetElementsResponse Parse(const grpc::ByteBuffer& buffer) {
   GetElementsResponse resp;
-  EXPECT_TRUE(resp.ParseFromString(bytes));
+  EXPECT_TRUE(ParseElementsResponse(buffer, &resp));
   return resp;
 }
 

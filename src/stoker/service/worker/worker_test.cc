@@ -10,18 +10,15 @@
 #include <vector>
 
 #include "stoker/data/pipeline.h"
+#include "stoker/service/common/elements_response.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 
 namespace stoker::service {
 namespace {
 
-GetElementsResponse Parse(grpc::ByteBuffer buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+GetElementsResponse Parse(const grpc::ByteBuffer& buffer) {
   GetElementsResponse resp;
-  EXPECT_TRUE(resp.ParseFromString(bytes));
+  EXPECT_TRUE(ParseElementsResponse(buffer, &resp));
   return resp;
 }
 
