@@ -25,11 +25,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <latch>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
@@ -133,7 +132,8 @@ void RunClient(int port, int64_t job_id, int64_t wanted_samples, bool ack, std::
       }
     }
     ++out->splits;
-    out->latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    out->latencies_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
 }
 
