@@ -2,6 +2,8 @@
 // gRPC on loopback (issue 5: "no process crashes on a malformed RPC"). Every call carries a
 // deadline and must end with a gRPC error or a sane reply; afterwards both keep serving: a normal
 // job still delivers every sample exactly once (and the dispatcher restarts from its journal).
+// The other direction too: a "worker" that answers clients with garbage or hostile elements must
+// not crash or hang them.
 //
 // No LABELS: it runs in the plain and the ASan+UBSan builds.
 #include <grpcpp/generic/generic_stub.h>
@@ -97,6 +99,8 @@ const char kFailsWhenRun[] =
 // A worker address that answers every GetElements with the bytes `reply` returns (a broken or
 // hostile worker), registered with the dispatcher by heartbeats of its own so that clients fetch
 // from it. (A test double local to this test: it only makes sense with these cases.)
+// Thread safety: construct and destroy on one thread; `reply` is called from gRPC's threads,
+// possibly several at once.
 class FakeWorker {
  public:
   FakeWorker(const std::string& dispatcher_address, std::function<std::string()> reply)
@@ -116,7 +120,7 @@ class FakeWorker {
   ~FakeWorker() {
     stop_.Notify();
     heartbeat_.join();
-    server_->Shutdown(std::chrono::system_clock::now() + 200ms);
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 200ms);
   }
 
  private:
