@@ -15,6 +15,8 @@
 namespace stoker::service {
 namespace {
 using Clock = std::chrono::steady_clock;
+// Far above any split's element count (splits are ~100 ms of work), far below overflow.
+constexpr int64_t kMaxSequence = int64_t{1} << 40;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
@@ -202,6 +204,18 @@ void ServiceClient::FetchLoop(Fetcher* f) {
     }
     backoff = std::chrono::milliseconds(20);
     for (ElementData& d : *resp.mutable_elements()) {
+      // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
+      // the consumer gets a clear error instead.
+      const bool off = options_.sharding == "off";
+      if (d.index() < 0 || d.sequence() < 0 || d.sequence() > kMaxSequence ||
+          (off ? d.split_id() != -1 : d.split_id() < 0)) {
+        error_ = absl::DataLossError(
+            StrCat("worker ", f->address, " sent a malformed element (index ", d.index(),
+                   ", split ", d.split_id(), ", sequence ", d.sequence(), ") for job ", job_id_,
+                   "; is it running the same stoker version?"));
+        f->removed = true;
+        return;
+      }
       if (!Accept(f, d)) {
         ++stats_.duplicates;
         continue;
