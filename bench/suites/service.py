@@ -122,7 +122,7 @@ class Cluster:
     def __enter__(self):
         self.port = free_port()
         dispatcher_http = free_port()
-        work_dir = os.path.join(self.ctx.tmp, f"dispatcher-{self.port}")
+        work_dir = self.work_dir = os.path.join(self.ctx.tmp, f"dispatcher-{self.port}")
         self.procs = []
         try:
             self.procs.append(subprocess.Popen(
@@ -146,6 +146,17 @@ class Cluster:
     @property
     def address(self):
         return f"127.0.0.1:{self.port}"
+
+    def splits(self):
+        """(splits created, samples in them) so far, from the dispatcher's journal."""
+        count = samples = 0
+        with open(os.path.join(self.work_dir, "journal.jsonl")) as f:
+            for line in f:
+                if '"create_split"' in line:
+                    u = json.loads(line)
+                    count += 1
+                    samples += u["end"] - u["begin"]
+        return count, samples
 
     def cpu_seconds(self):
         """CPU seconds used so far by the dispatcher and the workers."""
@@ -298,10 +309,12 @@ def p5_run(ctx, proxy, nginx_marker, spec, workers, batches):
         r = consume(ctx, cluster, spec, batches)
         cpu = (cluster.cpu_seconds() - cpu0[0], proxy.cpu_seconds() - cpu0[1],
                lib.process_cpu_seconds(nginx_marker) - cpu0[2])
+        splits, split_samples = cluster.splits()
     if r.elements != batches:
         raise RuntimeError(f"P5 {workers} workers: {r.elements} batches, wanted {batches}")
     return {"run": r, "rate": r.samples / r.seconds, "seconds": r.seconds, "consumer_cpu": r.cpu,
-            "cluster_cpu": cpu[0], "proxy_cpu": cpu[1], "nginx_cpu": cpu[2]}
+            "cluster_cpu": cpu[0], "proxy_cpu": cpu[1], "nginx_cpu": cpu[2],
+            "splits_per_s": splits / r.seconds, "split_samples": split_samples / max(1, splits)}
 
 
 def p5(ctx):
@@ -337,7 +350,8 @@ def p5(ctx):
         rate = median(x["rate"] for x in runs)
         steady = median(x["steady"] for x in runs)
         cpu = {k: median(x[k] for x in runs) for k in ("consumer_cpu", "cluster_cpu", "proxy_cpu",
-                                                       "nginx_cpu", "seconds")}
+                                                       "nginx_cpu", "seconds", "splits_per_s",
+                                                       "split_samples")}
         total_cpu = cpu["consumer_cpu"] + cpu["cluster_cpu"] + cpu["proxy_cpu"] + cpu["nginx_cpu"]
         rows.append({"workers": n, "rate": rate, "linear": rate / (n * one), "steady": steady,
                      "steady_linear": steady / (n * one_steady),
@@ -445,10 +459,13 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
         f"- 1 MiB elements, service / in-process: **{ratio_e2e:.2f}** end to end, "
         f"**{ratio_steady:.2f}** steady (MB/s: in-process {mib['local_mb']:.0f} / "
         f"{mib['local_mb_steady']:.0f}, service {mib['svc_mb']:.0f} / {mib['svc_mb_steady']:.0f}). "
-        f"Goal >= 0.85 (wall clock): **{'met' if ratio_steady >= 0.85 else 'missed'}** in this "
-        f"run. Per CPU-second the service does **{mib['ratio_cpu']:.2f}x** the in-process work "
-        "(its worker and consumer each copy and move every byte that the in-process pipeline "
-        "reads once).",
+        f"Goal >= 0.85: **{'met' if ratio_steady >= 0.85 else 'missed'}** by this run's "
+        "wall-clock ratio (steady). Per CPU-second the service does "
+        f"**{mib['ratio_cpu']:.2f}x** the in-process work (its worker and consumer each copy "
+        "and move every byte that the in-process pipeline reads once). The wall-clock ratio is "
+        "that times the ratio of the busy cores each side gets, so it reaches 0.85 only when the "
+        f"service gets {0.85 / mib['ratio_cpu']:.1f}x the cores the in-process run gets (see the "
+        "load note).",
         f"- 1 KiB elements through the service: **{kib['svc_e2e']:.0f} elements/s** end to end, "
         f"**{kib['svc_steady']:.0f}** steady. Goal >= 50,000/s: "
         f"**{'met' if kib['svc_e2e'] >= 50000 else 'missed'}**.",
@@ -479,8 +496,8 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
         "",
         "| workers | samples/s end to end | vs linear (N x 1-worker) | samples/s steady | vs linear "
         "| wall s | CPU s: consumer | dispatcher + workers | proxy | nginx | busy cores (all CPU s "
-        "/ wall s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "/ wall s) | GetSplit splits/s | mean split (samples) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in p5_rows:
         c = r["cpu"]
@@ -488,7 +505,8 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
             f"| {r['workers']} | {r['rate']:.0f} | {r['linear']:.2f} | {r['steady']:.0f} | "
             f"{r['steady_linear']:.2f} | {c['seconds']:.2f} | "
             f"{c['consumer_cpu']:.2f} | {c['cluster_cpu']:.2f} | {c['proxy_cpu']:.2f} | "
-            f"{c['nginx_cpu']:.2f} | {r['busy_cores']:.2f} |")
+            f"{c['nginx_cpu']:.2f} | {r['busy_cores']:.2f} | {c['splits_per_s']:.0f} | "
+            f"{c['split_samples']:.0f} |")
     eight = p5_rows[-1]
     lines += [
         "",
