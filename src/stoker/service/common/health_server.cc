@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -45,25 +47,68 @@ HealthServer::~HealthServer() {
   ::close(fd_);
 }
 
+namespace {
+
+// One accepted connection: what it sent so far and when it must have sent its request line.
+struct Connection {
+  int fd;
+  std::string request;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+constexpr size_t kMaxConnections = 64;  // beyond this, the oldest is closed
+constexpr auto kRequestTimeout = std::chrono::seconds(1);
+
+void Answer(int fd, const std::string& request) {
+  bool ok = request.starts_with("GET /healthz ") || request.starts_with("HEAD /healthz ");
+  std::string body = ok ? "ok\n" : "not found\n";
+  std::string response = StrCat("HTTP/1.1 ", ok ? "200 OK" : "404 Not Found",
+                                "\r\nContent-Type: text/plain\r\nContent-Length: ", body.size(),
+                                "\r\nConnection: close\r\n\r\n", body);
+  (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
+// One thread polls the listening socket and every open connection together, so a connection that
+// sends nothing (a scanner, a half-open probe) delays nobody: it is closed at its deadline.
 void HealthServer::Serve() {
+  std::vector<Connection> open;
   while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    timeval tv{1, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[1024];
-    ssize_t n = ::recv(c, buf, sizeof(buf) - 1, 0);
-    std::string request(buf, n > 0 ? n : 0);
-    bool ok = request.starts_with("GET /healthz ") || request.starts_with("HEAD /healthz ");
-    std::string body = ok ? "ok\n" : "not found\n";
-    std::string response = StrCat("HTTP/1.1 ", ok ? "200 OK" : "404 Not Found",
-                                  "\r\nContent-Type: text/plain\r\nContent-Length: ", body.size(),
-                                  "\r\nConnection: close\r\n\r\n", body);
-    (void)::send(c, response.data(), response.size(), MSG_NOSIGNAL);
-    ::close(c);
+    std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+    for (const Connection& c : open) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
+    auto now = std::chrono::steady_clock::now();
+    std::vector<Connection> still_open;
+    for (size_t i = 0; i < open.size(); ++i) {
+      Connection& c = open[i];
+      bool done = now > c.deadline;
+      if (!done && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) {
+        char buf[1024];
+        ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) c.request.append(buf, static_cast<size_t>(n));
+        done = n <= 0 || c.request.find("\r\n") != std::string::npos || c.request.size() >= 1024;
+        if (done) Answer(c.fd, c.request);
+      }
+      if (done) {
+        ::close(c.fd);
+      } else {
+        still_open.push_back(std::move(c));
+      }
+    }
+    open = std::move(still_open);
+    if (fds[0].revents & POLLIN) {
+      int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (open.size() >= kMaxConnections) {
+          ::close(open.front().fd);
+          open.erase(open.begin());
+        }
+        open.push_back({fd, "", now + kRequestTimeout});
+      }
+    }
   }
+  for (const Connection& c : open) ::close(c.fd);
 }
 
 }  // namespace stoker::service
