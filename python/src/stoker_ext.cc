@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/synchronization/mutex.h"
 #include "stoker/core/buffer.h"
 #include "stoker/core/logging.h"
 #include "stoker/data/pipeline.h"
@@ -297,6 +298,7 @@ using namespace stoker::python;
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's C++ core; use the `stoker` package instead (docs/python.md)";
   stoker::InitLogging();  // STOKER_LOG sets the level; logs go to stderr
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as the stoker CLI does
   stoker_error_storage = new py::object(py::exception<std::runtime_error>(m, "StokerError", PyExc_RuntimeError));
 
   py::class_<PyBuffer>(m, "Buffer", py::buffer_protocol(),
