@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::service {
@@ -43,6 +44,36 @@ absl::StatusOr<std::vector<nlohmann::json>> Journal::ReadAll() const {
 }
 
 absl::Status Journal::Append(const nlohmann::json& update) {
+  ASSIGN_OR_RETURN(int64_t seq, Write(update));
+  return SyncTo(seq);
+}
+
+absl::Status Journal::SyncTo(int64_t seq) {
+  absl::MutexLock lock(&sync_mu_);
+  while (synced_ < seq) {
+    if (!sync_error_.ok()) return sync_error_;
+    if (syncing_) {  // another caller's fdatasync may cover seq: wait for it, then look again
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) { return !syncing_; };
+      sync_mu_.Await(absl::Condition(&idle));
+      continue;
+    }
+    syncing_ = true;
+    const int64_t target = written_.load();  // every update written so far
+    sync_mu_.Unlock();
+    const int rc = ::fdatasync(fd_);
+    const int err = errno;
+    sync_mu_.Lock();
+    syncing_ = false;
+    if (rc != 0) {
+      sync_error_ = absl::InternalError(StrCat("journal ", path_, ": fdatasync: ", strerror(err)));
+    } else {
+      synced_ = std::max(synced_, target);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Journal::Write(const nlohmann::json& update) {
   std::string line = update.dump() + "\n";
   size_t done = 0;
   while (done < line.size()) {
@@ -51,9 +82,7 @@ absl::Status Journal::Append(const nlohmann::json& update) {
     if (n < 0) return absl::InternalError(StrCat("journal ", path_, ": write: ", strerror(errno)));
     done += n;
   }
-  if (::fdatasync(fd_) != 0)
-    return absl::InternalError(StrCat("journal ", path_, ": fdatasync: ", strerror(errno)));
-  return absl::OkStatus();
+  return written_.fetch_add(1) + 1;
 }
 
 }  // namespace stoker::service

@@ -19,6 +19,26 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// The in-memory state is ahead of the journal: stop, so that a restart replays a consistent
+// state (clients and workers retry meanwhile).
+[[noreturn]] void StopOnJournalFailure(const absl::Status& s) {
+  SPDLOG_CRITICAL("dispatcher: the journal failed ({}); exiting so that a restart replays a "
+                  "consistent state", s.ToString());
+  std::fflush(nullptr);
+  std::abort();
+}
+
+// Declared first in every RPC, so that it runs after the RPC released the mutex and before the
+// reply goes out: waits until everything written to the journal so far is on disk.
+struct SyncBeforeReply {
+  Journal* journal;
+  ~SyncBeforeReply() {
+    if (journal == nullptr) return;
+    absl::Status s = journal->SyncTo(journal->written());
+    if (!s.ok()) StopOnJournalFailure(s);
+  }
+};
+
 // The thin gRPC adapter: every call goes to the Dispatcher's logic.
 class GrpcDispatcher final : public DispatcherService::Service {
  public:
@@ -100,13 +120,8 @@ absl::Status Dispatcher::Update(const json& update) {
   // the journal: stop, so that a restart replays a consistent state (clients and workers retry).
   RETURN_IF_ERROR(state_.Apply(update));
   if (journal_) {
-    absl::Status s = journal_->Append(update);
-    if (!s.ok()) {
-      SPDLOG_CRITICAL("dispatcher: cannot journal an applied update ({}); exiting so that a "
-                      "restart replays a consistent state", s.ToString());
-      std::fflush(nullptr);
-      std::abort();
-    }
+    absl::Status s = journal_->Write(update).status();
+    if (!s.ok()) StopOnJournalFailure(s);
   }
   ++updates_;
   const std::string type = update.value("type", "");
@@ -140,6 +155,7 @@ void Dispatcher::MonitorWorkers() {
 
 absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                                         GetOrCreateJobResponse* resp) {
+  SyncBeforeReply durable{journal_.get()};
   std::string sharding = req.sharding().empty() ? "dynamic" : req.sharding();
   if (sharding != "dynamic" && sharding != "off")
     return absl::InvalidArgumentError(
@@ -199,6 +215,7 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
 
 absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
                                          WorkerHeartbeatResponse* resp) {
+  SyncBeforeReply durable{journal_.get()};
   if (req.address().empty()) return absl::InvalidArgumentError("worker heartbeat without address");
   absl::MutexLock lock(&mu_);
   int64_t id = req.worker_id();
@@ -271,6 +288,7 @@ void Dispatcher::SetSplit(const DispatcherState::Job& job, int64_t split_id, int
 }
 
 absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* resp) {
+  SyncBeforeReply durable{journal_.get()};
   absl::MutexLock lock(&mu_);
   const auto* job = state_.FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(StrCat("no job ", req.job_id()));
@@ -324,6 +342,7 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
 
 absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                                          ClientHeartbeatResponse* resp) {
+  SyncBeforeReply durable{journal_.get()};
   absl::MutexLock lock(&mu_);
   const auto* job = state_.FindJob(req.job_id());
   if (job == nullptr)

@@ -26,9 +26,11 @@
 // client drops those it already has.
 //
 // Durability: the state (dispatcher_state.h) changes only through Apply(update), and each update is
-// in the journal in work_dir before any RPC sees its effect: it is applied and journaled under the
-// mutex, and replies go out after (an update the state refuses is never journaled; a failed
-// journal write stops the dispatcher). A restarted dispatcher replays the journal; its workers and
+// on disk in the journal in work_dir before any reply shows its effect: it is applied and written
+// under the mutex, and every RPC, after releasing the mutex, waits until the journal is synced up
+// to what was written so far (group commit: one fdatasync serves every RPC waiting then). An
+// update the state refuses is never journaled; a failed journal write or sync stops the
+// dispatcher. A restarted dispatcher replays the journal; its workers and
 // clients retry their RPCs and carry on.
 //
 // Thread safety: all public methods are thread-safe (one mutex; it is held while an update is
@@ -89,7 +91,8 @@ class Dispatcher {
   int port_ = 0;
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
+  // Set in Start before serving, never changed: Write under mu_, SyncTo without it.
+  std::unique_ptr<Journal> journal_;
   absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> last_heartbeat_
       ABSL_GUARDED_BY(mu_);
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
