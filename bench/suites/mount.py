@@ -139,36 +139,52 @@ def run(ctx):
     results = {}  # (mode, workload) -> [Measurement per tool]
     tools = {}
     for mode in ("cold", "warm"):
-        for tool_name, make in mounts(ctx, env, warm=(mode == "warm")):
-            tools.setdefault(mode, []).append(tool_name)
-            for wl_name, action, nbytes in workloads(expected_small):
-                name = f"{tool_name}, {wl_name}, {mode}"
-                if mode == "cold":
-                    state = {}
+        tool_mounts = mounts(ctx, env, warm=(mode == "warm"))
+        tools[mode] = [name for name, _ in tool_mounts]
+        for wl_name, action, nbytes in workloads(expected_small):
+            if mode == "cold":
+                # The tools take turns, one run each per round, so that a change in the shared
+                # machine's load hits all of them alike; every run gets a fresh mount and no page
+                # cache.
+                runs = {name: [] for name, _ in tool_mounts}
+                for _ in range(ctx.repeat):
+                    for tool_name, make in tool_mounts:
+                        state = {}
 
-                    def before(make=make, state=state):
-                        if "m" in state:
-                            state["m"].__exit__()
-                        state["m"] = make()
-                        state["root"] = state["m"].__enter__()
-                        lib.drop_page_cache()
+                        def before(make=make, state=state):
+                            state["m"] = make()
+                            state["root"] = state["m"].__enter__()
+                            lib.drop_page_cache()
 
-                    m = lib.measure(name, lambda: action(state["root"]), nbytes, ctx.repeat,
-                                    ctx.s3_marker, before_each=before)
-                    state["m"].__exit__()
-                else:
+                        runs[tool_name].append(lib.measure(
+                            f"{tool_name}, {wl_name}, {mode}", lambda: action(state["root"]),
+                            nbytes, 1, ctx.s3_marker, before_each=before))
+                        state["m"].__exit__()
+                for tool_name, _ in tool_mounts:
+                    ms = runs[tool_name]
+                    m = lib.Measurement(f"{tool_name}, {wl_name}, {mode}",
+                                        [x for r in ms for x in r.seconds],
+                                        [x for r in ms for x in r.server_cpu], nbytes)
+                    lib.log(f"{m.name}: median {m.median:.3f} s over {ctx.repeat} runs "
+                            f"{[round(x, 3) for x in m.seconds]}")
+                    results.setdefault((mode, wl_name), []).append(m)
+            else:
+                for tool_name, make in tool_mounts:
                     with make() as root:
                         action(root)  # fills the caches
-                        m = lib.measure(name, lambda: action(root), nbytes, ctx.repeat, ctx.s3_marker)
-                results.setdefault((mode, wl_name), []).append(m)
+                        m = lib.measure(f"{tool_name}, {wl_name}, {mode}", lambda: action(root),
+                                        nbytes, ctx.repeat, ctx.s3_marker)
+                    results.setdefault((mode, wl_name), []).append(m)
 
     lines = [
         "# stoker mount vs s3fs vs rclone mount (issue 7)",
         "",
-        lib.machine_line(),
+        lib.machine_line() + " Load average (1, 5, 15 min) at the end: "
+        + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".",
         f"Medians of {ctx.repeat} runs. Swift S3 server on 127.0.0.1. cold: fresh mount and dropped "
-        "page cache for every run; warm: same mount after one unmeasured run (s3fs with use_cache, "
-        "rclone with --vfs-cache-mode full). Server CPU: Swift's user+system seconds in the run.",
+        "page cache for every run, the tools taking turns run by run; warm: same mount after one "
+        "unmeasured run (s3fs with use_cache, rclone with --vfs-cache-mode full). Server CPU: "
+        "Swift's user+system seconds in the run.",
         "",
     ]
     for mode in ("cold", "warm"):

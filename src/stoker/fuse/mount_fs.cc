@@ -185,19 +185,20 @@ absl::StatusOr<size_t> MountFs::Read(File& file, char* out, size_t size, uint64_
     absl::MutexLock lock(&file.mu_);
     uint64_t ahead = file.window_.OnRead(offset, length);
     if (!file.window_.sequential()) file.prefetched_end_ = end;  // a seek: start over
-    // Ends on a multiple of the request size (or of the window while it is smaller), so that
-    // read-ahead goes out as whole requests.
+    // Read-ahead goes out in whole requests (of the request size, or of the window while that is
+    // smaller), topped up as soon as one more fits, so that about window / request size of them
+    // stay in flight; only the last one of the file may be shorter.
     const uint64_t granule =
         std::max<uint64_t>(1, std::min<uint64_t>(ahead, cached_->options().max_request_bytes));
-    uint64_t want_end = std::min(file_size, (end + ahead + granule - 1) / granule * granule);
-    uint64_t have_end = std::max(file.prefetched_end_, end);
-    // Top the window up when less than half of it is left.
-    if (want_end > have_end && have_end - end < ahead / 2) {
-      uint64_t bytes = want_end - have_end;
+    const uint64_t want_end = std::min(file_size, end + ahead);
+    const uint64_t have_end = std::max(file.prefetched_end_, end);
+    uint64_t bytes = want_end > have_end ? want_end - have_end : 0;
+    if (want_end < file_size) bytes = bytes / granule * granule;
+    if (bytes > 0) {
       uint64_t in_flight = prefetch_in_flight_.fetch_add(bytes);
       if (in_flight + bytes <= prefetch_budget_) {
         prefetch = {have_end, bytes};
-        file.prefetched_end_ = want_end;
+        file.prefetched_end_ = have_end + bytes;
       } else {
         prefetch_in_flight_.fetch_sub(bytes);  // over the global budget: no read-ahead now
       }
@@ -232,14 +233,13 @@ void MountFs::Prefetch(const File& file, io::ByteRange range, uint64_t reserved)
   const uint64_t last = (std::min(object_size, range.offset + range.length) - 1) / block_size;
 
   // Claim the missing blocks (single flight: a block another read is fetching is left to it),
-  // as runs of consecutive blocks within one aligned group of max_blocks, so that successive
-  // read-aheads make full-sized requests rather than leaving a stub at the end of each.
+  // as runs of at most max_blocks consecutive blocks.
   std::vector<std::pair<uint64_t, uint64_t>> runs;  // [first, last] block numbers
   for (uint64_t b = first; b <= last; ++b) {
     io::BlockCache::Handle hit;
     auto outcome = cache_->LookupOrFetch({url, version, b}, &hit, [](auto) {});
     if (outcome != io::BlockCache::Outcome::kFetch) continue;
-    if (!runs.empty() && runs.back().second + 1 == b && b % max_blocks != 0) {
+    if (!runs.empty() && runs.back().second + 1 == b && b - runs.back().first < max_blocks) {
       runs.back().second = b;
     } else {
       runs.emplace_back(b, b);
