@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -713,6 +714,50 @@ TEST_F(ServiceRpcTest, FailuresOfSeveralJobsAreAllReported) {
   std::vector<int64_t> jobs;
   for (int i = 0; i < 4; ++i) jobs.push_back(CreateJob(kFailsWhenRun, 10));
   for (int64_t job : jobs) EXPECT_NE(WaitForJobError(job), "") << "job " << job;
+}
+
+}  // namespace
+}  // namespace stoker::service
+
+namespace stoker::service {
+namespace {
+
+int ThreadsInThisProcess() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// Anyone can register workers (notes/bugs.md #9): a client's fetch threads are a bounded pool,
+// not a few per listed worker, and a job still completes with hundreds of unreachable ones.
+TEST_F(ServiceRpcTest, ManyRegisteredWorkersDoNotMultiplyClientThreads) {
+  for (int i = 0; i < 300; ++i) {
+    WorkerHeartbeatRequest req;
+    req.set_address(StrCat("127.0.0.1:", 1 + i % 3));  // nothing listens there
+    WorkerHeartbeatResponse resp;
+    ASSERT_TRUE(WorkerHeartbeat(req, &resp).ok());
+  }
+  const int before = ThreadsInThisProcess();
+  ServiceClientOptions o;
+  o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
+  auto client = ServiceClient::Open(o, RangeSpec(200));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::map<std::string, int> seen;
+  int most = 0;
+  WithinDeadline(60s, "a job with 300 unreachable workers listed", [&] {
+    while (true) {
+      auto e = (*client)->GetNext();
+      ASSERT_TRUE(e.ok()) << e.status();
+      most = std::max(most, ThreadsInThisProcess());
+      if (!e->has_value()) return;
+      for (const std::string& key : (*e)->keys) ++seen[key];
+    }
+  });
+  EXPECT_EQ(seen.size(), 200u);
+  // The heartbeat thread, the fetch pool and a few of gRPC's own; not 2 x 300.
+  EXPECT_LE(most - before, kMaxFetchThreads + 16) << "threads before " << before;
 }
 
 }  // namespace

@@ -67,18 +67,17 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
 }
 
 ServiceClient::~ServiceClient() {
+  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (heartbeat_.joinable()) heartbeat_.join();
-  std::map<int64_t, std::unique_ptr<Fetcher>> fetchers;
+  if (heartbeat_.joinable()) heartbeat_.join();  // no new fetch threads after this
   {
     absl::MutexLock lock(&mu_);
-    fetchers.swap(fetchers_);
+    threads.swap(fetch_threads_);
   }
-  for (auto& [id, f] : fetchers)
-    for (auto& t : f->threads) t.join();
+  for (auto& t : threads) t.join();
 }
 
 ServiceClientStats ServiceClient::stats() const {
@@ -117,10 +116,12 @@ void ServiceClient::HeartbeatLoop() {
         f->worker_id = w.worker_id();
         f->address = w.address();
         f->stub = WorkerService::NewStub(MakeChannel(w.address()));
-        Fetcher* raw = f.get();
         fetchers_[w.worker_id()] = std::move(f);
-        for (int i = 0; i < options_.requests_per_worker; ++i)
-          raw->threads.push_back(StartThread("client-fetch", [this, raw] { FetchLoop(raw); }));
+        // Enough threads for requests_per_worker in flight to every worker, up to the cap.
+        size_t wanted = std::min<size_t>(
+            kMaxFetchThreads, fetchers_.size() * static_cast<size_t>(options_.requests_per_worker));
+        while (fetch_threads_.size() < wanted)
+          fetch_threads_.push_back(StartThread("client-fetch", [this] { FetchLoop(); }));
       }
       for (auto& [id, f] : fetchers_)
         if (!live.count(id)) f->removed = true;
@@ -168,20 +169,39 @@ bool ServiceClient::Accept(Fetcher* f, const ElementData& d) {
   return true;
 }
 
-// One of a fetcher's threads: requests elements until the worker is removed or its stream ended.
-// The worker hands each request the elements after the previous one's, so the threads' requests
-// overlap without asking for the same elements.
-void ServiceClient::FetchLoop(Fetcher* f) {
-  auto backoff = std::chrono::milliseconds(20);
+ServiceClient::Fetcher* ServiceClient::NextFetcher() {
+  auto now = Clock::now();
+  auto usable = [&](const Fetcher& f) {
+    return !f.removed && !f.ended && f.in_flight < options_.requests_per_worker &&
+           f.retry_at <= now;
+  };
+  // Workers after the one asked last, then from the start: each gets its turn.
+  for (auto it = fetchers_.upper_bound(last_fetched_); it != fetchers_.end(); ++it)
+    if (usable(*it->second)) return it->second.get();
+  for (auto it = fetchers_.begin(); it != fetchers_.upper_bound(last_fetched_); ++it)
+    if (usable(*it->second)) return it->second.get();
+  return nullptr;
+}
+
+// A thread of the fetch pool. The worker hands each request the elements after the previous
+// one's, so requests in flight to one worker do not ask for the same elements.
+void ServiceClient::FetchLoop() {
   while (true) {
+    Fetcher* f = nullptr;
     GetElementsRequest req;
     {
       absl::MutexLock lock(&mu_);
-      auto go = [&] {
-        return stopping_ || f->removed || f->ended || ready_bytes_ < options_.prefetch_bytes;
-      };
-      mu_.Await(absl::Condition(&go));
-      if (stopping_ || f->removed || f->ended) return;
+      while (true) {
+        if (stopping_) return;
+        if (ready_bytes_ < options_.prefetch_bytes && (f = NextFetcher()) != nullptr) break;
+        // Nothing to ask now (budget full, every worker busy or backing off): look again soon, or
+        // when the consumer takes an element.
+        int64_t bytes = ready_bytes_;
+        auto changed = [&] { return stopping_ || ready_bytes_ < bytes; };
+        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(10));
+      }
+      last_fetched_ = f->worker_id;
+      ++f->in_flight;
       req.set_client_id(client_id_);
       req.set_next_index(f->received_below);
       req.set_restart(f->restart);
@@ -194,15 +214,16 @@ void ServiceClient::FetchLoop(Fetcher* f) {
     SetDeadline(&ctx, std::chrono::seconds(10));
     grpc::Status s = f->stub->GetElements(&ctx, req, &resp);
     absl::MutexLock lock(&mu_);
+    --f->in_flight;
     if (!s.ok()) {
       // The worker may be gone (the dispatcher will stop listing it and re-lease its splits), or
       // only this response was lost: the next request sends again what was not received.
       f->restart = true;
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      f->retry_at = Clock::now() + f->backoff;
+      f->backoff = std::min(f->backoff * 2, std::chrono::milliseconds(500));
       continue;
     }
-    backoff = std::chrono::milliseconds(20);
+    f->backoff = std::chrono::milliseconds(20);
     for (ElementData& d : *resp.mutable_elements()) {
       // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
       // the consumer gets a clear error instead.
@@ -214,7 +235,7 @@ void ServiceClient::FetchLoop(Fetcher* f) {
                    ", split ", d.split_id(), ", sequence ", d.sequence(), ") for job ", job_id_,
                    "; is it running the same stoker version?"));
         f->removed = true;
-        return;
+        break;
       }
       if (!Accept(f, d)) {
         ++stats_.duplicates;

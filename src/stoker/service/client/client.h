@@ -9,9 +9,11 @@
 //   }
 //
 // It creates (or joins, by name) the job, heartbeats the dispatcher (learning the workers and
-// acknowledging the splits it holds in full), and runs requests_per_worker fetch threads per
-// worker, so that several requests are in flight to each, into a local prefetch buffer bounded by
-// prefetch_bytes. Elements already held are dropped: the same index of one worker's stream (a
+// acknowledging the splits it holds in full), and fetches from every worker with up to
+// requests_per_worker requests in flight to each, into a local prefetch buffer bounded by
+// prefetch_bytes. The fetch threads are a pool shared by all workers (requests_per_worker per
+// worker, at most kMaxFetchThreads), taken in turn, so a client's threads stay bounded however
+// many workers register. Elements already held are dropped: the same index of one worker's stream (a
 // response resent after one was lost), or the same split and sequence (a split re-served by
 // another worker after its first worker was lost).
 //
@@ -51,6 +53,9 @@ struct ServiceClientOptions {
   std::chrono::milliseconds dispatcher_patience{60000};
 };
 
+// The most fetch threads a client runs, however many workers serve the job.
+inline constexpr int kMaxFetchThreads = 32;
+
 struct ServiceClientStats {
   int64_t elements = 0;    // delivered
   int64_t bytes = 0;       // payload bytes received (delivered ones)
@@ -76,13 +81,15 @@ class ServiceClient {
   struct Fetcher {
     int64_t worker_id = 0;
     std::string address;
-    std::unique_ptr<WorkerService::Stub> stub;  // shared by the fetcher's threads
+    std::unique_ptr<WorkerService::Stub> stub;  // shared by the requests in flight
     bool removed = false;  // the dispatcher no longer lists the worker
     bool ended = false;    // sharding off: the worker's whole stream was received
     int64_t received_below = 0;          // every index of its stream below this was received
     std::set<int64_t> received_above;    // indices received at or above received_below
     bool restart = false;  // a response was lost: the next request moves the cursor back
-    std::vector<std::thread> threads;
+    int in_flight = 0;     // requests to this worker now
+    std::chrono::steady_clock::time_point retry_at;  // after a failed request: not before
+    std::chrono::milliseconds backoff{20};
   };
   struct SplitProgress {
     std::set<int64_t> sequences;  // received
@@ -91,7 +98,11 @@ class ServiceClient {
 
   explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
   void HeartbeatLoop();
-  void FetchLoop(Fetcher* fetcher);
+  // One thread of the fetch pool: takes the workers in turn, one request at a time.
+  void FetchLoop();
+  // The next worker to ask (in turn, with fewer than requests_per_worker requests in flight, not
+  // backing off), or null.
+  Fetcher* NextFetcher() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an element received from `f`; returns false if it is a duplicate.
   bool Accept(Fetcher* f, const ElementData& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -103,6 +114,8 @@ class ServiceClient {
   mutable absl::Mutex mu_;
   int64_t client_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::unique_ptr<Fetcher>> fetchers_ ABSL_GUARDED_BY(mu_);  // by worker id
+  int64_t last_fetched_ ABSL_GUARDED_BY(mu_) = 0;  // worker id asked last (turns)
+  std::vector<std::thread> fetch_threads_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);  // payloads to deliver, in arrival order
   int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // incomplete
