@@ -25,7 +25,6 @@ void PutString(std::string* out, std::string_view s) {
   Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
   out->append(s);
 }
-void PadTo8(std::string* out) { out->append((8 - out->size() % 8) % 8, '\0'); }
 
 class Reader {
  public:
