@@ -52,6 +52,16 @@ void WaitUntilKeysArrive(const ServiceCluster& cluster, size_t bytes) {
     std::this_thread::sleep_for(milliseconds(10));  // polling a file another process writes
 }
 
+// Waits (at most 30 s) until the dispatcher has registered `n` workers (its journal says so), so
+// that a test's job starts with all of them.
+void WaitUntilWorkersRegistered(const ServiceCluster& cluster, int n) {
+  const std::string line = "\"type\":\"register_worker\",\"worker_id\":" + std::to_string(n);
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (ReadWholeFile(cluster.dir() + "/work/journal.jsonl").find(line) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));  // polling a file another process writes
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -97,6 +107,7 @@ TEST_F(ServiceTest, KilledWorkerLosesNothing) {
     cluster.StartDispatcher();
     cluster.AddWorker();
     cluster.AddWorker();
+    WaitUntilWorkersRegistered(cluster, 2);  // so that the one killed has work to lose
     auto consume = cluster.StartConsume(spec);
     // A random point of the epoch (the kill itself is the event under test, not a synchronisation).
     std::this_thread::sleep_for(milliseconds(rng() % 400));
@@ -149,14 +160,8 @@ TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {
     cluster.StartDispatcher();
     cluster.AddWorker();
     cluster.AddWorker();
-    if (t.name.starts_with("off")) {
-      // Both workers must be registered before the job starts, or one may run it alone.
-      auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
-      while (ReadWholeFile(cluster.dir() + "/work/journal.jsonl").find("\"worker_id\":2") ==
-                 std::string::npos &&
-             std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(milliseconds(10));
-    }
+    // Both workers registered before the job starts (with sharding off, one may run it alone).
+    WaitUntilWorkersRegistered(cluster, 2);
     auto consume = cluster.StartConsume(spec, t.flags);
     ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
         << ReadWholeFile(cluster.dir() + "/consume.err");
@@ -175,6 +180,7 @@ TEST_F(ServiceTest, WorkerStoppedWithSigtermDrainsAndLeaves) {
   unsetenv("STOKER_LOG");
   cluster.AddWorker();
   cluster.AddWorker();
+  WaitUntilWorkersRegistered(cluster, 2);  // the one stopped must have work to drain
   auto consume = cluster.StartConsume(spec);
   WaitUntilKeysArrive(cluster, 2000);
   ASSERT_FALSE(consume->Exited()) << "the epoch ended before the worker was stopped";
