@@ -109,20 +109,27 @@ py::dict ElementToDict(const data::Element& element) {
   return out;
 }
 
+// Python's next() over a C++ iterator: get_next() runs without the GIL; end of data raises
+// StopIteration, an error raises StokerError.
+template <typename GetNext>
+py::dict NextAsDict(GetNext get_next) {
+  absl::StatusOr<std::optional<data::Element>> next;
+  {
+    py::gil_scoped_release release;
+    next = get_next();
+  }
+  if (!next.ok()) Raise(next.status());
+  if (!next->has_value()) throw py::stop_iteration();
+  return ElementToDict(**next);
+}
+
 class Iterator {
  public:
   explicit Iterator(std::unique_ptr<data::PipelineIterator> it) : it_(std::move(it)) {}
 
   py::dict Next() {
     if (it_ == nullptr) throw py::stop_iteration();
-    absl::StatusOr<std::optional<data::Element>> next;
-    {
-      py::gil_scoped_release release;
-      next = it_->GetNext();
-    }
-    if (!next.ok()) Raise(next.status());
-    if (!next->has_value()) throw py::stop_iteration();
-    return ElementToDict(**next);
+    return NextAsDict([this] { return it_->GetNext(); });
   }
 
   std::string Save() {
@@ -228,14 +235,7 @@ class ServiceIterator {
 
   py::dict Next() {
     if (client_ == nullptr) throw py::stop_iteration();
-    absl::StatusOr<std::optional<data::Element>> next;
-    {
-      py::gil_scoped_release release;
-      next = client_->GetNext();
-    }
-    if (!next.ok()) Raise(next.status());
-    if (!next->has_value()) throw py::stop_iteration();
-    return ElementToDict(**next);
+    return NextAsDict([this] { return client_->GetNext(); });
   }
 
   int64_t job_id() const { return client_ ? client_->job_id() : -1; }

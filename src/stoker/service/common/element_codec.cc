@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -154,27 +155,31 @@ EncodedElement EncodePieces(const data::Element& element) {
   return out;
 }
 
-std::string Compress(const std::string& raw, Compression compression) {
+// The compressed payload (header + data) in a buffer of exactly its size, since the worker's byte
+// budget counts that size; nullopt if the codec fails (the caller sends the payload plain).
+std::optional<Buffer> Compress(std::string_view raw, Compression compression) {
   size_t bound = compression == Compression::kZstd ? ZSTD_compressBound(raw.size())
                                                    : LZ4_compressBound(static_cast<int>(raw.size()));
-  std::string out(kCompressedHeader + bound, '\0');
-  std::memcpy(out.data(), kCompressedMagic, 4);
-  out[4] = static_cast<char>(compression);
-  uint64_t size = raw.size();
-  std::memcpy(out.data() + 8, &size, sizeof(size));
+  MutableBuffer scratch(kCompressedHeader + bound);
   size_t n = 0;
   if (compression == Compression::kZstd) {
-    n = ZSTD_compress(out.data() + kCompressedHeader, bound, raw.data(), raw.size(), kZstdLevel);
-    if (ZSTD_isError(n)) return raw;  // cannot happen with a bound-sized output; send it plain
+    n = ZSTD_compress(scratch.data() + kCompressedHeader, bound, raw.data(), raw.size(), kZstdLevel);
+    if (ZSTD_isError(n)) return std::nullopt;  // cannot happen with a bound-sized output
   } else {
-    if (raw.size() > LZ4_MAX_INPUT_SIZE) return raw;
-    int m = LZ4_compress_default(raw.data(), out.data() + kCompressedHeader,
+    if (raw.size() > LZ4_MAX_INPUT_SIZE) return std::nullopt;
+    int m = LZ4_compress_default(raw.data(), scratch.chars() + kCompressedHeader,
                                  static_cast<int>(raw.size()), static_cast<int>(bound));
-    if (m <= 0) return raw;
+    if (m <= 0) return std::nullopt;
     n = static_cast<size_t>(m);
   }
-  out.resize(kCompressedHeader + n);
-  return out;
+  MutableBuffer out(kCompressedHeader + n);
+  std::memset(out.data(), 0, kCompressedHeader);
+  std::memcpy(out.data(), kCompressedMagic, 4);
+  out.data()[4] = static_cast<uint8_t>(compression);
+  uint64_t size = raw.size();
+  std::memcpy(out.data() + 8, &size, sizeof(size));
+  std::memcpy(out.data() + kCompressedHeader, scratch.data() + kCompressedHeader, n);
+  return std::move(out).Finish();
 }
 
 }  // namespace
@@ -185,10 +190,11 @@ EncodedElement EncodeElementPieces(const data::Element& element, Compression com
   std::string raw;
   raw.reserve(pieces.size);
   for (const Buffer& b : pieces.pieces) raw.append(b.view());
-  std::string compressed = Compress(raw, compression);
+  std::optional<Buffer> compressed = Compress(raw, compression);
+  if (!compressed) return pieces;
   EncodedElement out;
-  out.size = compressed.size();
-  out.pieces.push_back(Buffer::FromString(std::move(compressed)));
+  out.size = compressed->size();
+  out.pieces.push_back(*std::move(compressed));
   return out;
 }
 

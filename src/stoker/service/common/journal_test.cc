@@ -12,8 +12,10 @@
 namespace stoker::service {
 namespace {
 
-// Writers (serialised, as the dispatcher's mutex does) and syncers at once: every update synced
-// is on disk, in order, and a reopened journal reads them all.
+// Writers (serialised, as the dispatcher's mutex does) and syncers at once: no SyncTo hangs or
+// fails while others write and sync, and a reopened journal reads every update exactly once.
+// (That a sync reached the disk cannot be observed here; the dispatcher's kill -9 test covers
+// replay after a crash.)
 TEST(Journal, GroupCommitFromManyThreads) {
   testing::ScopedTempDir dir("stoker-journal-test");
   auto journal = Journal::Open(dir.path());
