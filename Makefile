@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format
+.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check
 
 all: build
 
@@ -22,7 +22,7 @@ build: $(BUILD)/build.ninja
 
 # Everything CI runs: dependencies, build, every test suite (unit, integration against the Swift S3
 # server, fuzz smoke runs), then the sanitizer build's unit tests.
-test: deps build
+test: deps format-check build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) fuzz
 	$(MAKE) test-asan
@@ -54,5 +54,12 @@ bench: deps build
 clean:
 	rm -rf build build-asan build-fuzz
 
+# Every C++ file the project owns (tracked or new, not ignored); `make format` rewrites them in place,
+# `make format-check` (the first step of `make test`) fails naming each file that does not match .clang-format.
+CXX_FILES = git ls-files --cached --others --exclude-standard -z -- '*.h' '*.cc' '*.cpp' '*.hpp' '*.cu' '*.cuh'
+
 format:
-	find src bench tests -name '*.h' -o -name '*.cc' | xargs clang-format -i
+	$(CXX_FILES) | xargs -0 -r clang-format -i
+
+format-check:
+	$(CXX_FILES) | xargs -0 -r clang-format --dry-run -Werror

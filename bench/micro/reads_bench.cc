@@ -32,8 +32,8 @@ std::shared_ptr<testing::LatencyStore> SimulatedS3(uint64_t object_size) {
   std::string data(object_size, 'x');
   memory->Set("obj", Buffer::FromString(std::move(data)));
   return std::make_shared<testing::LatencyStore>(
-      memory, testing::LatencyStore::Options{.latency = absl::Milliseconds(30),
-                                             .bytes_per_second = 90e6});
+      memory,
+      testing::LatencyStore::Options{.latency = absl::Milliseconds(30), .bytes_per_second = 90e6});
 }
 
 void BM_CoalesceRanges(benchmark::State& state) {
@@ -65,7 +65,12 @@ void BM_SimulatedS3RandomRanges(benchmark::State& state) {
   state.counters["requests"] = static_cast<double>(store->reads() - requests_before) /
                                static_cast<double>(state.iterations());
 }
-BENCHMARK(BM_SimulatedS3RandomRanges)->Arg(0)->Arg(1)->Arg(2)->Iterations(2)->UseRealTime()
+BENCHMARK(BM_SimulatedS3RandomRanges)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // One 64 MiB read: arg = parts in flight (8 MiB parts).
@@ -78,7 +83,12 @@ void BM_SimulatedS3WholeObject(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 64 * kMiB);
 }
-BENCHMARK(BM_SimulatedS3WholeObject)->Arg(1)->Arg(4)->Arg(16)->Iterations(2)->UseRealTime()
+BENCHMARK(BM_SimulatedS3WholeObject)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(16)
+    ->Iterations(2)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // 100 KiB reads served from a warm RAM cache (the hit path: lookup, pin, slice or assemble).
@@ -99,7 +109,8 @@ BENCHMARK(BM_CachedStoreWarmReads);
 
 void BM_BlockCacheHit(benchmark::State& state) {
   BlockCache cache(64 * kMiB);
-  for (uint64_t i = 0; i < 64; ++i) cache.Insert({"s3://b/k", "etag", i}, Buffer::FromString(std::string(kMiB, 'z')));
+  for (uint64_t i = 0; i < 64; ++i)
+    cache.Insert({"s3://b/k", "etag", i}, Buffer::FromString(std::string(kMiB, 'z')));
   uint64_t i = 0;
   for (auto _ : state) {
     auto handle = cache.Lookup({"s3://b/k", "etag", i++ % 64});

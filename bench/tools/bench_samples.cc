@@ -8,11 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/synchronization/mutex.h"
 #include "stoker/format/dataset.h"
@@ -61,7 +60,8 @@ int main(int argc, char** argv) {
     absl::Status error;
     for (uint64_t index : order) {
       absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(+[](int* n) { return *n < 16; }, &in_flight));
+      mu.Await(absl::Condition(
+          +[](int* n) { return *n < 16; }, &in_flight));
       ++in_flight;
       mu.Unlock();
       (*ds)->ReadSamplesAsync(std::vector<uint64_t>{index},
@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
       mu.Lock();
     }
     absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(+[](int* n) { return *n == 0; }, &in_flight));
+    mu.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &in_flight));
     if (!error.ok()) {
       std::fprintf(stderr, "%s\n", std::string(error.message()).c_str());
       return 1;

@@ -14,9 +14,9 @@
 // Thread safety: an Iterator is used by one Python thread at a time (pybind11 holds no lock for it;
 // Python code must not call next() on the same iterator from two threads at once). Pipeline,
 // Buffer and File are safe to share.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <pybind11/numpy.h>
 
 #include <memory>
 #include <optional>
@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "stoker/core/buffer.h"
 #include "stoker/core/logging.h"
 #include "stoker/data/pipeline.h"
@@ -284,7 +284,8 @@ py::list Ls(const std::string& url, bool recursive) {
     entry(target.store->Url(folder), std::nullopt, std::nullopt);
   }
   for (const io::ObjectInfo& info : result.objects) {
-    entry(target.store->Url(info.key), info.size, absl::ToDoubleSeconds(info.mtime - absl::UnixEpoch()));
+    entry(target.store->Url(info.key), info.size,
+          absl::ToDoubleSeconds(info.mtime - absl::UnixEpoch()));
   }
   return out;
 }
@@ -299,7 +300,8 @@ PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's C++ core; use the `stoker` package instead (docs/python.md)";
   stoker::InitLogging();  // STOKER_LOG sets the level; logs go to stderr
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as the stoker CLI does
-  stoker_error_storage = new py::object(py::exception<std::runtime_error>(m, "StokerError", PyExc_RuntimeError));
+  stoker_error_storage =
+      new py::object(py::exception<std::runtime_error>(m, "StokerError", PyExc_RuntimeError));
 
   py::class_<PyBuffer>(m, "Buffer", py::buffer_protocol(),
                        "Read-only bytes owned by stoker; numpy arrays from stoker keep one as base")
@@ -309,8 +311,9 @@ PYBIND11_MODULE(_stoker, m) {
                                {static_cast<py::ssize_t>(b.buffer.size())}, {1}, /*readonly=*/true);
       })
       .def("__len__", [](const PyBuffer& b) { return b.buffer.size(); })
-      .def("address", [](const PyBuffer& b) { return reinterpret_cast<uintptr_t>(b.buffer.data()); },
-           "address of the first byte (for tests that check arrays share memory)");
+      .def(
+          "address", [](const PyBuffer& b) { return reinterpret_cast<uintptr_t>(b.buffer.data()); },
+          "address of the first byte (for tests that check arrays share memory)");
 
   py::class_<Iterator>(m, "Iterator")
       .def("__iter__", [](py::object self) { return self; })
@@ -354,8 +357,8 @@ PYBIND11_MODULE(_stoker, m) {
                   "world_size > 1 needs an indexed source ({\"dataset\": URL}, range or memory); "
                   "streams (tar, tfrecord) cannot be split by rank in-process");
             }
-            auto splits = std::make_unique<RangeSplits>(*n * rank / world_size,
-                                                        *n * (rank + 1) / world_size);
+            auto splits =
+                std::make_unique<RangeSplits>(*n * rank / world_size, *n * (rank + 1) / world_size);
             auto it = p.MakeIterator(epoch, threads, splits.get());
             return std::make_unique<ShardedIterator>(std::move(splits), std::move(it));
           },

@@ -125,8 +125,8 @@ class ServiceCluster {
   // `stoker consume --print-keys` into dir/consume.out.
   std::unique_ptr<Process> StartConsume(const std::string& spec_path,
                                         std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{StokerBinary(), "consume", "--dispatcher", address(), spec_path,
-                                  "--print-keys", "--heartbeat-ms", "100"};
+    std::vector<std::string> argv{StokerBinary(), "consume",      "--dispatcher",   address(),
+                                  spec_path,      "--print-keys", "--heartbeat-ms", "100"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Process>(argv, dir_ + "/consume.out", dir_ + "/consume.err");
   }

@@ -130,8 +130,7 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   ASSERT_FALSE(consume->Exited()) << "the epoch ended before the dispatcher was killed";
   cluster.dispatcher().Kill9();
   cluster.StartDispatcher();  // same port and work dir: replays the journal
-  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
-      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0) << ReadWholeFile(cluster.dir() + "/consume.err");
   ExpectExactlyOnce(cluster, n);
   // The restarted dispatcher's line (its stdout file was truncated at restart) names the replay.
   std::string line = ReadWholeFile(cluster.dir() + "/dispatcher.out");
@@ -187,8 +186,7 @@ TEST_F(ServiceTest, WorkerStoppedWithSigtermDrainsAndLeaves) {
   cluster.worker(0).Signal(SIGTERM);
   EXPECT_EQ(cluster.worker(0).Wait(milliseconds(20000)), 0)
       << ReadWholeFile(cluster.dir() + "/worker0.err");
-  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
-      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0) << ReadWholeFile(cluster.dir() + "/consume.err");
   ExpectExactlyOnce(cluster, n);
   std::string log = ReadWholeFile(cluster.dir() + "/dispatcher.err");
   EXPECT_NE(log.find(") left"), std::string::npos) << log;
@@ -204,8 +202,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {
   auto consume = cluster.StartConsume(spec);
   WaitUntilKeysArrive(cluster, 1);
   cluster.AddWorker();
-  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0)
-      << ReadWholeFile(cluster.dir() + "/consume.err");
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0) << ReadWholeFile(cluster.dir() + "/consume.err");
   ExpectExactlyOnce(cluster, n);
   // The journal records who got each split: the second worker (id 2) got some.
   std::string journal = ReadWholeFile(cluster.dir() + "/work/journal.jsonl");

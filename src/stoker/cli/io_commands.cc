@@ -6,12 +6,10 @@
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
-
-#include "stoker/core/strings.h"
-
 #include "absl/time/time.h"
 #include "stoker/cli/commands.h"
 #include "stoker/core/status.h"
+#include "stoker/core/strings.h"
 #include "stoker/io/read/ranged_reader.h"
 #include "stoker/io/url.h"
 
@@ -45,8 +43,7 @@ absl::Status Ls(const std::string& url, bool recursive) {
     }
     prefix += "/";
   }
-  ASSIGN_OR_RETURN(io::ListResult listing,
-                   target.store->List({prefix, recursive ? "" : "/", 0}));
+  ASSIGN_OR_RETURN(io::ListResult listing, target.store->List({prefix, recursive ? "" : "/", 0}));
   for (const std::string& folder : listing.common_prefixes) {
     std::printf("%12s  %19s  %s\n", "DIR", "", target.store->Url(folder).c_str());
   }
@@ -91,9 +88,9 @@ absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::By
     absl::StatusOr<Buffer> next;
     {
       absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(+[](std::optional<absl::StatusOr<Buffer>>* slot) {
-        return slot->has_value();
-      }, &results[written]));
+      mu.Await(absl::Condition(
+          +[](std::optional<absl::StatusOr<Buffer>>* slot) { return slot->has_value(); },
+          &results[written]));
       next = std::move(*results[written]);
       results[written].reset();
     }
@@ -102,9 +99,9 @@ absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::By
       // Let the reads still in flight land before `results` goes away.
       absl::MutexLock lock(&mu);
       for (size_t i = written + 1; i < issued; ++i) {
-        mu.Await(absl::Condition(+[](std::optional<absl::StatusOr<Buffer>>* slot) {
-          return slot->has_value();
-        }, &results[i]));
+        mu.Await(absl::Condition(
+            +[](std::optional<absl::StatusOr<Buffer>>* slot) { return slot->has_value(); },
+            &results[i]));
       }
       return status;
     }
@@ -151,13 +148,15 @@ void RegisterIoCommands(CLI::App& app, absl::Status* result) {
   ls->add_flag("-r,--recursive", args.recursive, "list every object below, not just one level");
   ls->callback([result] { *result = Ls(args.url, args.recursive); });
 
-  auto* cat = app.add_subcommand("cat", "Write an object (or a byte range of it) to standard output");
+  auto* cat =
+      app.add_subcommand("cat", "Write an object (or a byte range of it) to standard output");
   cat->add_option("URL", args.url, "object URL")->required();
   cat->add_option("--offset", args.offset, "first byte to write");
   cat->add_option("--length", args.length, "number of bytes (default: to the end)");
   cat->callback([result] { *result = Cat(args.url, args.offset, args.length); });
 
-  auto* cp = app.add_subcommand("cp", "Copy one object between URLs (a DST ending in '/' keeps the name)");
+  auto* cp =
+      app.add_subcommand("cp", "Copy one object between URLs (a DST ending in '/' keeps the name)");
   cp->add_option("SRC", args.src, "source URL")->required();
   cp->add_option("DST", args.dst, "destination URL")->required();
   cp->callback([result] { *result = Cp(args.src, args.dst); });

@@ -58,10 +58,11 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
-  std::printf("dispatcher: serving on port %d, /healthz on port %d, journal in %s (%lld updates "
-              "replayed)\n",
-              dispatcher->port(), health->port(), o.work_dir.empty() ? "(none)" : o.work_dir.c_str(),
-              static_cast<long long>(dispatcher->updates_applied()));
+  std::printf(
+      "dispatcher: serving on port %d, /healthz on port %d, journal in %s (%lld updates "
+      "replayed)\n",
+      dispatcher->port(), health->port(), o.work_dir.empty() ? "(none)" : o.work_dir.c_str(),
+      static_cast<long long>(dispatcher->updates_applied()));
   std::fflush(stdout);
   WaitForSignal();
   return absl::OkStatus();
@@ -160,10 +161,10 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   std::fprintf(stderr,
                "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
                "elements/s, %.1f MB/s; %lld duplicates dropped; first element after %.0f ms\n",
-               static_cast<long long>(elements), static_cast<long long>(samples),
-               stats.bytes / 1e6, static_cast<long long>(client->job_id()), seconds,
-               elements / seconds, stats.bytes / 1e6 / seconds,
-               static_cast<long long>(stats.duplicates), first_seconds * 1e3);
+               static_cast<long long>(elements), static_cast<long long>(samples), stats.bytes / 1e6,
+               static_cast<long long>(client->job_id()), seconds, elements / seconds,
+               stats.bytes / 1e6 / seconds, static_cast<long long>(stats.duplicates),
+               first_seconds * 1e3);
   return absl::OkStatus();
 }
 
@@ -194,7 +195,8 @@ absl::Status MakeJpegs(const std::string& root, int count) {
     ASSIGN_OR_RETURN(Buffer jpeg, data::EncodeJpeg(image, 85));
     std::string path = StrCat(root, "/", classes[i % 4], "/img", i, ".jpg");
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+    out.write(reinterpret_cast<const char*>(jpeg.data()),
+              static_cast<std::streamsize>(jpeg.size()));
     if (!out) return absl::InternalError(StrCat("cannot write ", path));
   }
   return absl::OkStatus();
@@ -238,10 +240,12 @@ absl::Status RunDemo(const DemoOptions& o) {
   std::fprintf(stderr, "2. converting them to shards with the format layer ...\n");
   format::ConvertOptions convert_options;
   convert_options.shard_bytes = 4 << 20;
-  ASSIGN_OR_RETURN(auto summary, format::Convert(dir + "/images", dir + "/shards", convert_options));
+  ASSIGN_OR_RETURN(auto summary,
+                   format::Convert(dir + "/images", dir + "/shards", convert_options));
   std::fprintf(stderr, "   %zu files -> %s\n", summary.inputs, summary.manifest_url.c_str());
 
-  std::fprintf(stderr, "3. starting a dispatcher and 2 workers (in this process, on loopback) ...\n");
+  std::fprintf(stderr,
+               "3. starting a dispatcher and 2 workers (in this process, on loopback) ...\n");
   service::DispatcherOptions dopts;
   dopts.work_dir = dir + "/dispatcher";
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(dopts));
@@ -255,20 +259,21 @@ absl::Status RunDemo(const DemoOptions& o) {
     ASSIGN_OR_RETURN(auto w, service::Worker::Start(wopts));
     workers.push_back(std::move(w));
   }
-  nlohmann::json spec = {
-      {"source", {{"dataset", dir + "/shards"}}},
-      {"ops",
-       {{{"op", "shuffle"}, {"seed", 7}},
-        {{"op", "decode_image"}, {"field", "jpg"}},
-        {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {64, 64}}},
-        {{"op", "flip"}, {"field", "jpg"}, {"p", 0.5}},
-        {{"op", "normalize"},
-         {"field", "jpg"},
-         {"mean", {0.485, 0.456, 0.406}},
-         {"std", {0.229, 0.224, 0.225}}},
-        {{"op", "batch"}, {"size", o.batch}}}}};
-  std::fprintf(stderr, "4. consuming one epoch through the service (decode, crop 64x64, flip, "
-                       "normalize, batch %d):\n", o.batch);
+  nlohmann::json spec = {{"source", {{"dataset", dir + "/shards"}}},
+                         {"ops",
+                          {{{"op", "shuffle"}, {"seed", 7}},
+                           {{"op", "decode_image"}, {"field", "jpg"}},
+                           {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {64, 64}}},
+                           {{"op", "flip"}, {"field", "jpg"}, {"p", 0.5}},
+                           {{"op", "normalize"},
+                            {"field", "jpg"},
+                            {"mean", {0.485, 0.456, 0.406}},
+                            {"std", {0.229, 0.224, 0.225}}},
+                           {{"op", "batch"}, {"size", o.batch}}}}};
+  std::fprintf(stderr,
+               "4. consuming one epoch through the service (decode, crop 64x64, flip, "
+               "normalize, batch %d):\n",
+               o.batch);
   service::ServiceClientOptions copts;
   copts.dispatcher_address = address;
   copts.heartbeat_interval = std::chrono::milliseconds(100);
@@ -293,8 +298,9 @@ absl::Status RunDemo(const DemoOptions& o) {
   DrawProgress(batches, total_batches, seconds);
   std::fprintf(stderr, "\n");
   auto stats = client->stats();
-  std::printf("stoker demo: %lld images in %lld batches through 1 dispatcher + 2 workers in %.2f s\n",
-              static_cast<long long>(images), static_cast<long long>(batches), seconds);
+  std::printf(
+      "stoker demo: %lld images in %lld batches through 1 dispatcher + 2 workers in %.2f s\n",
+      static_cast<long long>(images), static_cast<long long>(batches), seconds);
   std::printf("  %.0f images/s, %.1f MB/s of ready tensors (float32 64x64x3)\n", images / seconds,
               stats.bytes / 1e6 / seconds);
   std::printf("  every image exactly once: %s (%zu distinct of %d); %lld splits acknowledged\n",
@@ -322,7 +328,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
 
   static WorkerCliOptions worker_options;
   auto* w = app.add_subcommand("worker", "Run a service worker");
-  w->add_option("--dispatcher", worker_options.dispatcher, "the dispatcher's HOST:PORT")->required();
+  w->add_option("--dispatcher", worker_options.dispatcher, "the dispatcher's HOST:PORT")
+      ->required();
   w->add_option("--port", worker_options.port, "gRPC port (default 0: any free port)");
   w->add_option("--http-port", worker_options.http_port, "port of GET /healthz (0: any)");
   w->add_option("--host", worker_options.host, "host name clients reach this worker at");
@@ -337,7 +344,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
 
   static ConsumeOptions consume_options;
   auto* c = app.add_subcommand("consume", "Read a pipeline's elements through the service");
-  c->add_option("--dispatcher", consume_options.dispatcher, "the dispatcher's HOST:PORT")->required();
+  c->add_option("--dispatcher", consume_options.dispatcher, "the dispatcher's HOST:PORT")
+      ->required();
   c->add_option("SPEC", consume_options.spec, "pipeline spec (JSON file)")->required();
   c->add_option("--job-name", consume_options.job_name, "share the job by name (default: new job)");
   c->add_option("--sharding", consume_options.sharding,
@@ -365,7 +373,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
       "demo", "Generate JPEGs, convert them to shards and consume them through a local service");
   m->add_option("--images", demo_options.images, "images to generate (default 2400)");
   m->add_option("--batch", demo_options.batch, "batch size (default 8)");
-  m->add_option("--dir", demo_options.dir, "keep the data in this folder (default: a temporary one)");
+  m->add_option("--dir", demo_options.dir,
+                "keep the data in this folder (default: a temporary one)");
   m->callback([=] { *result = RunDemo(demo_options); });
 }
 

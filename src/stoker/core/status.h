@@ -15,12 +15,12 @@
     if (!stoker_status_.ok()) return stoker_status_; \
   } while (0)
 
-// ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (an absl::StatusOr<T>); on error returns its status,
-// otherwise moves the value into `lhs` (which may be a declaration such as `auto x`).
+// ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (an absl::StatusOr<T>); on error returns its
+// status, otherwise moves the value into `lhs` (which may be a declaration such as `auto x`).
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(STOKER_CONCAT_(stoker_statusor_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                           \
+#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)   \
+  auto tmp = (expr);                             \
   if (!tmp.ok()) return std::move(tmp).status(); \
   lhs = std::move(tmp).value()
 

@@ -22,7 +22,9 @@ std::string StrCat(const Args&... args) {
   return absl::StrCat(strings_internal::Arg(args)...);
 }
 
-inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view ToAbsl(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 }  // namespace stoker

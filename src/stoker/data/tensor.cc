@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cstring>
-
 #include <deque>
 #include <utility>
 

@@ -19,7 +19,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
 std::string Bytes(int seed, size_t size) {
   std::string s(size, '\0');
   std::mt19937 rng(seed);

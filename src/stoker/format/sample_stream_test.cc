@@ -22,7 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
 void WriteFile(const std::string& path, std::string_view bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;

@@ -1,7 +1,6 @@
 #include "stoker/io/memory_store.h"
 
 #include "stoker/core/strings.h"
-
 #include "stoker/io/range_util.h"
 
 namespace stoker::io {
@@ -70,7 +69,8 @@ absl::StatusOr<ListResult> MemoryStore::List(const ListOptions& options) {
     absl::MutexLock lock(&mu_);
     for (auto it = objects_.lower_bound(options.prefix); it != objects_.end(); ++it) {
       if (!it->first.starts_with(options.prefix)) break;
-      all.push_back(ObjectInfo{it->first, it->second.data.size(), it->second.etag, it->second.mtime});
+      all.push_back(
+          ObjectInfo{it->first, it->second.data.size(), it->second.etag, it->second.mtime});
     }
   }
   return ListFromSorted(all, options);
@@ -88,9 +88,9 @@ void MemoryStore::ReadAsync(ReadRequest request, ReadCallback done) {
     object = it->second;
   }
   if (!request.if_match.empty() && request.if_match != object.etag) {
-    std::move(done)(absl::FailedPreconditionError(
-        StrCat(Url(request.key), " changed while being read (ETag ", object.etag,
-                     ", expected ", request.if_match, ")")));
+    std::move(done)(
+        absl::FailedPreconditionError(StrCat(Url(request.key), " changed while being read (ETag ",
+                                             object.etag, ", expected ", request.if_match, ")")));
     return;
   }
   auto range = ClampRange(request.range, object.data.size(), Url(request.key));

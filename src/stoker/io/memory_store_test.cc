@@ -20,7 +20,8 @@ TEST(MemoryStoreTest, PutStatReadRanges) {
   EXPECT_EQ(store.Read("a/b", {10, 0})->view(), "");
   EXPECT_EQ(store.Read("a/b", {11, 1}).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(store.Read("missing").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(store.Read("missing").status().message()), ::testing::HasSubstr("mem://test/missing"));
+  EXPECT_THAT(std::string(store.Read("missing").status().message()),
+              ::testing::HasSubstr("mem://test/missing"));
 }
 
 TEST(MemoryStoreTest, IfMatchDetectsChange) {

@@ -2,7 +2,8 @@
 // writes goes through an ObjectStore: S3 (s3://), HTTP(S) (read-only), local files and memory.
 //
 // Keys are relative to the store's root: an S3 store is one bucket, a local store is "/", an HTTP
-// store is one scheme://host:port. Url(key) turns a key back into the URL users wrote, for messages.
+// store is one scheme://host:port. Url(key) turns a key back into the URL users wrote, for
+// messages.
 //
 // Error model (absl::Status codes):
 //   NotFound            the object does not exist (message names the URL)
@@ -31,7 +32,8 @@
 
 namespace stoker::io {
 
-// A half-open byte range [offset, offset + length). length == kToEnd reads to the end of the object.
+// A half-open byte range [offset, offset + length). length == kToEnd reads to the end of the
+// object.
 struct ByteRange {
   static constexpr uint64_t kToEnd = std::numeric_limits<uint64_t>::max();
   uint64_t offset = 0;
@@ -60,7 +62,7 @@ struct ListOptions {
 };
 
 struct ListResult {
-  std::vector<ObjectInfo> objects;          // sorted by key
+  std::vector<ObjectInfo> objects;           // sorted by key
   std::vector<std::string> common_prefixes;  // sorted; each ends with the delimiter
 };
 

@@ -10,8 +10,7 @@ absl::StatusOr<ByteRange> ClampRange(ByteRange range, uint64_t size, std::string
   if (range.offset > size || (range.offset == size && range.length != 0 && size != 0 &&
                               range.length != ByteRange::kToEnd)) {
     return absl::OutOfRangeError(StrCat("read of ", url, " at offset ", range.offset,
-                                              " is past the end of the object (", size,
-                                              " bytes)"));
+                                        " is past the end of the object (", size, " bytes)"));
   }
   uint64_t available = size - range.offset;
   return ByteRange{range.offset, std::min(range.length, available)};

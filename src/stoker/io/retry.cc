@@ -20,7 +20,8 @@ absl::Duration BackoffBeforeAttempt(int attempt, const RetryPolicy& policy) {
   static std::mutex mu;
   static absl::BitGen gen;
   int doublings = std::clamp(attempt - 2, 0, 30);
-  absl::Duration cap = std::min(policy.max_backoff, policy.initial_backoff * (int64_t{1} << doublings));
+  absl::Duration cap =
+      std::min(policy.max_backoff, policy.initial_backoff * (int64_t{1} << doublings));
   std::lock_guard<std::mutex> lock(mu);
   return absl::Nanoseconds(absl::Uniform<int64_t>(gen, 0, absl::ToInt64Nanoseconds(cap) + 1));
 }

@@ -6,7 +6,6 @@
 #include <map>
 #include <mutex>
 
-
 #include "stoker/core/strings.h"
 #include "stoker/io/local/local_store.h"
 #include "stoker/io/memory_store.h"
@@ -22,8 +21,8 @@ absl::StatusOr<ParsedUrl> ParseUrl(std::string_view url) {
     if (bucket.empty()) {
       return absl::InvalidArgumentError(
           StrCat("URL '", url, "' has no ", scheme == "s3" || scheme == "mem" ? "bucket" : "host",
-                       " (expected ", scheme, "://", scheme == "s3" || scheme == "mem" ? "bucket" : "host",
-                       "/key)"));
+                 " (expected ", scheme, "://",
+                 scheme == "s3" || scheme == "mem" ? "bucket" : "host", "/key)"));
     }
     std::string key = slash == std::string_view::npos ? "" : std::string(rest.substr(slash + 1));
     return ParsedUrl{std::string(scheme), std::move(bucket), std::move(key)};
@@ -42,7 +41,7 @@ absl::StatusOr<ParsedUrl> ParseUrl(std::string_view url) {
   } else if (size_t colon = url.find("://"); colon != std::string_view::npos) {
     return absl::InvalidArgumentError(
         StrCat("URL '", url, "' has an unsupported scheme '", url.substr(0, colon),
-                     "' (supported: s3://, http://, https://, file://, mem://, or a local path)"));
+               "' (supported: s3://, http://, https://, file://, mem://, or a local path)"));
   }
   if (path.empty()) return absl::InvalidArgumentError("empty URL");
   std::string absolute = std::filesystem::absolute(std::filesystem::path(path)).lexically_normal();

@@ -1,10 +1,10 @@
 // LatencyStore: a test double that wraps any ObjectStore and delays every ReadAsync on its own
 // timer thread, like a network store with a time to first byte and a per-connection bandwidth
 // (delay = latency + uniform jitter + bytes / bytes_per_second; requests do not slow each other).
-// The base store is read when the request arrives; the answer is delivered when it is due. It can also inject faults into
-// reads: fail the next N, stall the next N until released, or shorten the next N bodies. It counts
-// reads so tests can assert how many requests reached the store. Stat, List, writes and Delete
-// pass straight through (counted too).
+// The base store is read when the request arrives; the answer is delivered when it is due. It can
+// also inject faults into reads: fail the next N, stall the next N until released, or shorten the
+// next N bodies. It counts reads so tests can assert how many requests reached the store. Stat,
+// List, writes and Delete pass straight through (counted too).
 //
 // Thread safety: every method is thread-safe. Callbacks run on the timer thread (never on the
 // caller's), one at a time, in due-time order. The destructor delivers every pending and stalled
@@ -87,8 +87,8 @@ class LatencyStore : public io::ObjectStore {
   }
 
   // --- observations ---
-  int64_t reads() const { return reads_.load(); }                // ReadAsync calls so far
-  int64_t stats() const { return stats_.load(); }                // Stat calls so far
+  int64_t reads() const { return reads_.load(); }  // ReadAsync calls so far
+  int64_t stats() const { return stats_.load(); }  // Stat calls so far
   int64_t max_reads_in_flight() const { return max_in_flight_.load(); }
   int stalled() const {
     absl::MutexLock lock(&mu_);
@@ -148,8 +148,8 @@ class LatencyStore : public io::ObjectStore {
         stall = true;
       }
     }
-    auto enqueue = [this, arrived, stall, done = std::move(done)](
-                       absl::StatusOr<Buffer> result) mutable {
+    auto enqueue = [this, arrived, stall,
+                    done = std::move(done)](absl::StatusOr<Buffer> result) mutable {
       absl::MutexLock lock(&mu_);
       Pending pending{std::move(result), std::move(done)};
       if (stall) {

@@ -37,8 +37,8 @@ namespace stoker::io {
 class DiskTier;
 
 struct BlockKey {
-  std::string url;   // the object's URL (ObjectStore::Url)
-  std::string etag;  // the version of the object the block was read from
+  std::string url;     // the object's URL (ObjectStore::Url)
+  std::string etag;    // the version of the object the block was read from
   uint64_t index = 0;  // block number: bytes [index × block_size, (index + 1) × block_size)
   bool operator==(const BlockKey&) const = default;
   template <typename H>
@@ -55,11 +55,11 @@ struct BlockCacheOptions {
 };
 
 struct BlockCacheStats {
-  uint64_t hits = 0;        // lookups served from RAM or disk
-  uint64_t disk_hits = 0;   // ...of which from disk
-  uint64_t misses = 0;      // lookups that had to fetch (in LookupOrFetch: the fetchers)
-  uint64_t joined = 0;      // LookupOrFetch misses that waited for another caller's fetch
-  uint64_t evictions = 0;   // blocks dropped from RAM for the budget
+  uint64_t hits = 0;           // lookups served from RAM or disk
+  uint64_t disk_hits = 0;      // ...of which from disk
+  uint64_t misses = 0;         // lookups that had to fetch (in LookupOrFetch: the fetchers)
+  uint64_t joined = 0;         // LookupOrFetch misses that waited for another caller's fetch
+  uint64_t evictions = 0;      // blocks dropped from RAM for the budget
   uint64_t memory_bytes = 0;   // bytes of the blocks in RAM now
   uint64_t memory_blocks = 0;  // blocks in RAM now
   uint64_t disk_bytes = 0;     // bytes of the files in the disk tier now

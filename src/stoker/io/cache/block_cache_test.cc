@@ -196,8 +196,8 @@ TEST(BlockCacheTest, DiskBudgetHoldsAndLeftoversAreCleaned) {
   TempDir dir;
   std::filesystem::create_directories(dir.path());
   std::ofstream(dir.path() + "/unrelated.txt") << "kept";
-  auto cache = BlockCache::Create(
-      {.memory_bytes = 1 << 20, .disk_dir = dir.path(), .disk_bytes = 3 * 1100});
+  auto cache =
+      BlockCache::Create({.memory_bytes = 1 << 20, .disk_dir = dir.path(), .disk_bytes = 3 * 1100});
   ASSERT_TRUE(cache.ok());
   for (uint64_t i = 0; i < 10; ++i) (*cache)->Insert(Key(i), Block('x', 1000));
   (*cache)->Flush();

@@ -40,11 +40,11 @@ class InvalidatingWriter : public ObjectWriter {
 // callers' fetches, or from its own.
 struct BlockRead {
   std::string url;
-  ByteRange range;          // clamped to the object
+  ByteRange range;  // clamped to the object
   uint64_t first_block = 0;
   uint64_t block_size = 0;
   uint64_t object_size = 0;
-  ReadCallback done;        // called once, by whoever delivers the last block
+  ReadCallback done;  // called once, by whoever delivers the last block
   // Set when a FailedPrecondition (the object changed) may start the read over; takes `done`.
   absl::AnyInvocable<void(ReadCallback)> retry;
 
@@ -157,8 +157,9 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
   }
   std::string url = base_->Url(request.key);
   if (!request.if_match.empty() && info->etag != request.if_match) {
-    std::move(done)(absl::FailedPreconditionError(StrCat(
-        url, " changed while being read (ETag ", info->etag, ", expected ", request.if_match, ")")));
+    std::move(done)(
+        absl::FailedPreconditionError(StrCat(url, " changed while being read (ETag ", info->etag,
+                                             ", expected ", request.if_match, ")")));
     return;
   }
   auto range = ClampRange(request.range, info->size, url);
@@ -195,9 +196,10 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
   for (size_t i = 0; i < count; ++i) {
     BlockKey key{url, version, read->first_block + i};
     BlockCache::Handle hit;
-    auto outcome = cache_->LookupOrFetch(key, &hit, [read, i](absl::StatusOr<BlockCache::Handle> h) {
-      read->Deliver(i, h.ok() ? absl::StatusOr<Buffer>(h->data()) : h.status());
-    });
+    auto outcome =
+        cache_->LookupOrFetch(key, &hit, [read, i](absl::StatusOr<BlockCache::Handle> h) {
+          read->Deliver(i, h.ok() ? absl::StatusOr<Buffer>(h->data()) : h.status());
+        });
     if (outcome == BlockCache::Outcome::kHit) hits.emplace_back(i, hit.data());
     if (outcome == BlockCache::Outcome::kFetch) missing.push_back(i);
   }

@@ -86,8 +86,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(std::string dir, uint64
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::FailedPreconditionError(StrCat("cannot create the block cache folder ", dir,
-                                                ": ", ec.message(),
+    return absl::FailedPreconditionError(StrCat("cannot create the block cache folder ", dir, ": ",
+                                                ec.message(),
                                                 "; check the path and its permissions"));
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(std::move(dir), budget_bytes));
@@ -161,8 +161,7 @@ std::optional<Buffer> DiskTier::Read(const BlockKey& key) {
         header.index == key.index && header.data_len <= (uint64_t{1} << 40)) {
       std::string names(header.url_len + header.etag_len, '\0');
       MutableBuffer data(header.data_len);
-      if (ReadFully(fd, names.data(), names.size()) &&
-          names == StrCat(key.url, key.etag) &&
+      if (ReadFully(fd, names.data(), names.size()) && names == StrCat(key.url, key.etag) &&
           ReadFully(fd, data.chars(), data.size()) &&
           StableHash64(std::string_view(data.chars(), data.size())) == header.checksum) {
         char extra;
@@ -267,7 +266,8 @@ void DiskTier::EraseObject(std::string_view url) {
   std::vector<std::string> to_delete;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = files_.lower_bound(prefix); it != files_.end() && it->first.starts_with(prefix);) {
+    for (auto it = files_.lower_bound(prefix);
+         it != files_.end() && it->first.starts_with(prefix);) {
       bytes_ -= it->second.size;
       lru_.erase(it->second.lru);
       to_delete.push_back(StrCat(dir_, "/", it->first));

@@ -65,7 +65,7 @@ class DiskTier {
   const uint64_t budget_;
   mutable absl::Mutex mu_;
   std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);  // by file name
-  std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);          // front: most recently used
+  std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);         // front: most recently used
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_temp_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,7 +1,6 @@
 #include "stoker/io/http/http_store.h"
 
 #include <future>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -46,7 +45,9 @@ void HttpStore::StatAsync(std::string key,
   std::string display = Url(key);
   SendWithRetries(
       *transport_, retry_,
-      [url](int) -> absl::StatusOr<HttpRequest> { return HttpRequest{"HEAD", url}; },
+      [url](int) -> absl::StatusOr<HttpRequest> {
+        return HttpRequest{"HEAD", url};
+      },
       [display](HttpResponse r) -> absl::StatusOr<HttpResponse> {
         if (r.status != 200) return HttpStatusToStatus(r.status, display);
         return r;
@@ -86,9 +87,10 @@ absl::StatusOr<ListResult> HttpStore::List(const ListOptions& options) {
     if (response.status != 200) return HttpStatusToStatus(response.status, Url(dir));
     auto listing = nlohmann::json::parse(response.body.view(), nullptr, /*allow_exceptions=*/false);
     if (!listing.is_array()) {
-      return absl::UnimplementedError(StrCat(
-          Url(dir), " is not a JSON folder listing; HTTP listings need nginx with "
-                    "`autoindex on; autoindex_format json;`"));
+      return absl::UnimplementedError(
+          StrCat(Url(dir),
+                 " is not a JSON folder listing; HTTP listings need nginx with "
+                 "`autoindex on; autoindex_format json;`"));
     }
     for (const auto& entry : listing) {
       if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;

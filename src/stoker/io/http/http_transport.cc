@@ -157,7 +157,8 @@ void HttpTransport::Start(std::unique_ptr<Transfer> transfer) {
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 30L);
   if (r.timeout > absl::ZeroDuration()) {
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(r.timeout)));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(absl::ToInt64Milliseconds(r.timeout)));
   }
   curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
@@ -246,8 +247,8 @@ void HttpTransport::Loop() {
     if (freed_slot) {
       wait_ms = 0;  // a queued request may start in the slot just freed: do not sleep
     } else if (next_due != absl::InfiniteFuture()) {
-      wait_ms = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(next_due - absl::Now()) + 1, 0, 1000));
+      wait_ms = static_cast<int>(
+          std::clamp<int64_t>(absl::ToInt64Milliseconds(next_due - absl::Now()) + 1, 0, 1000));
     }
     curl_multi_poll(multi_, nullptr, 0, wait_ms, nullptr);
   }
@@ -311,9 +312,9 @@ void Attempt(std::shared_ptr<RetryCall> call, absl::Time not_before) {
         if (result.ok() || !IsRetryable(result.status()) ||
             call->attempt >= call->policy.max_attempts) {
           if (!result.ok() && call->attempt > 1) {
-            result = absl::Status(result.status().code(),
-                                  StrCat(result.status().message(), " (after ", call->attempt,
-                                         " attempts)"));
+            result = absl::Status(
+                result.status().code(),
+                StrCat(result.status().message(), " (after ", call->attempt, " attempts)"));
           }
           std::move(call->done)(std::move(result));
           return;

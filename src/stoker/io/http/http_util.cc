@@ -19,7 +19,9 @@ absl::Status HttpStatusToStatus(int http_status, std::string_view url) {
     return absl::PermissionDeniedError(StrCat(where, " (access denied)"));
   }
   if (http_status == 412) return absl::FailedPreconditionError(StrCat(where, " (object changed)"));
-  if (http_status == 416) return absl::OutOfRangeError(StrCat(where, " (range not satisfiable: the read starts past the end of the object)"));
+  if (http_status == 416)
+    return absl::OutOfRangeError(
+        StrCat(where, " (range not satisfiable: the read starts past the end of the object)"));
   if (http_status == 429 || http_status >= 500) {
     return absl::UnavailableError(StrCat(where, " (server busy or failing)"));
   }
@@ -31,8 +33,8 @@ absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange
   if (response.status == 200) {
     if (requested.offset > response.body.size()) {
       return absl::OutOfRangeError(StrCat("read of ", url, " at offset ", requested.offset,
-                                          " is past the end of the object (",
-                                          response.body.size(), " bytes)"));
+                                          " is past the end of the object (", response.body.size(),
+                                          " bytes)"));
     }
     return response.body.Slice(requested.offset, requested.length);
   }
@@ -43,8 +45,7 @@ absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange
   size_t dash = content_range.find('-');
   size_t slash = content_range.find('/');
   if (!content_range.starts_with("bytes ") || dash == std::string::npos ||
-      slash == std::string::npos ||
-      !absl::SimpleAtoi(content_range.substr(6, dash - 6), &first) ||
+      slash == std::string::npos || !absl::SimpleAtoi(content_range.substr(6, dash - 6), &first) ||
       !absl::SimpleAtoi(content_range.substr(dash + 1, slash - dash - 1), &last) || last < first) {
     return absl::DataLossError(
         StrCat(url, ": malformed Content-Range '", content_range, "' in a 206 response"));
@@ -53,13 +54,14 @@ absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange
       requested.length == ByteRange::kToEnd ? last : requested.offset + requested.length - 1;
   // The server may end early only at the end of the object.
   bool ends_at_object_end = content_range.substr(slash + 1) == std::to_string(last + 1);
-  if (first != requested.offset || (last != expected_last && !(last < expected_last && ends_at_object_end))) {
+  if (first != requested.offset ||
+      (last != expected_last && !(last < expected_last && ends_at_object_end))) {
     return absl::DataLossError(StrCat(url, ": server returned bytes ", first, "-", last,
                                       " for a request of ", RangeHeaderValue(requested)));
   }
   if (response.body.size() != last - first + 1) {
-    return absl::DataLossError(StrCat(url, ": short body: ", response.body.size(),
-                                      " bytes for range ", first, "-", last));
+    return absl::DataLossError(
+        StrCat(url, ": short body: ", response.body.size(), " bytes for range ", first, "-", last));
   }
   return response.body;
 }

@@ -10,9 +10,8 @@
 #include <filesystem>
 #include <random>
 
-#include "stoker/core/strings.h"
-
 #include "stoker/core/status.h"
+#include "stoker/core/strings.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/io/range_util.h"
 
@@ -42,9 +41,9 @@ std::string EtagOf(const struct stat& st) {
 }
 
 ObjectInfo InfoOf(std::string key, const struct stat& st) {
-  return ObjectInfo{std::move(key), static_cast<uint64_t>(st.st_size), EtagOf(st),
-                    absl::FromUnixNanos(int64_t{st.st_mtim.tv_sec} * 1'000'000'000 +
-                                        st.st_mtim.tv_nsec)};
+  return ObjectInfo{
+      std::move(key), static_cast<uint64_t>(st.st_size), EtagOf(st),
+      absl::FromUnixNanos(int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec)};
 }
 
 class FileDescriptor {
@@ -118,8 +117,8 @@ absl::StatusOr<ObjectInfo> LocalStore::Stat(std::string_view key) {
 absl::StatusOr<ListResult> LocalStore::List(const ListOptions& options) {
   // Walk from the deepest folder that contains every key with this prefix.
   std::string prefix_path = Url(options.prefix);
-  fs::path start = prefix_path.ends_with("/") ? fs::path(prefix_path)
-                                                     : fs::path(prefix_path).parent_path();
+  fs::path start =
+      prefix_path.ends_with("/") ? fs::path(prefix_path) : fs::path(prefix_path).parent_path();
   std::vector<ObjectInfo> found;
   std::error_code ec;
   if (!fs::is_directory(start, ec)) return ListResult{};
@@ -200,7 +199,8 @@ absl::StatusOr<std::unique_ptr<ObjectWriter>> LocalStore::OpenWriter(std::string
 
 absl::Status LocalStore::Delete(std::string_view key) {
   std::string path = Url(key);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError(errno, "cannot delete", path);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return ErrnoError(errno, "cannot delete", path);
   return absl::OkStatus();
 }
 

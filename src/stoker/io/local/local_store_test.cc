@@ -61,7 +61,8 @@ TEST_F(LocalStoreTest, ListAndErrors) {
 
   auto missing = store_.Read(prefix_ + "nope");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()), ::testing::HasSubstr(root_.string() + "/nope"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              ::testing::HasSubstr(root_.string() + "/nope"));
   EXPECT_EQ(store_.Read(prefix_ + "a", {5, 1}).status().code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(store_.Delete(prefix_ + "a").ok());
   ASSERT_TRUE(store_.Delete(prefix_ + "a").ok());

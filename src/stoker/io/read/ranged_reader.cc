@@ -51,7 +51,7 @@ struct ReadCall {
   absl::Mutex mu;
   std::vector<Part> parts ABSL_GUARDED_BY(mu);
   size_t next_part ABSL_GUARDED_BY(mu) = 0;
-  int in_flight ABSL_GUARDED_BY(mu) = 0;     // parts issued and not yet done
+  int in_flight ABSL_GUARDED_BY(mu) = 0;      // parts issued and not yet done
   size_t parts_left ABSL_GUARDED_BY(mu) = 0;  // parts not yet done
   bool pumping ABSL_GUARDED_BY(mu) = false;   // some thread is issuing parts
   bool finished ABSL_GUARDED_BY(mu) = false;  // `done` was (or is being) called
@@ -60,8 +60,7 @@ struct ReadCall {
 class RangedReader::Impl {
  public:
   Impl(std::shared_ptr<ObjectStore> store, ReaderOptions options)
-      : store_(std::move(store)),
-        options_(options) {
+      : store_(std::move(store)), options_(options) {
     for (auto& tracker : trackers_) {
       tracker = std::make_unique<LatencyTracker>(LatencyTracker::Options{
           options.hedge_multiple, options.hedge_floor, options.hedge_min_samples});
@@ -263,8 +262,8 @@ void RangedReader::Impl::Finish(const std::shared_ptr<ReadCall>& call) {
     for (const ReadCall::Part& p : call->parts) {
       uint64_t end = p.range.offset + p.data.size();
       bool short_part = p.range.length != ByteRange::kToEnd && p.data.size() < p.range.length;
-      if ((p.data.size() > 0 && end > object_end) || (short_part && call->known_size != ReadCall::kUnknownSize &&
-                               end < call->known_size)) {
+      if ((p.data.size() > 0 && end > object_end) ||
+          (short_part && call->known_size != ReadCall::kUnknownSize && end < call->known_size)) {
         std::string why = call->known_size != ReadCall::kUnknownSize
                               ? StrCat("the object has ", call->known_size, " bytes")
                               : StrCat("but ", end_evidence);

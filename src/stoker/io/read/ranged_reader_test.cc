@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-
 #include "stoker/core/thread.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/testing/latency_store.h"
@@ -163,7 +162,8 @@ TEST(RangedReaderTest, ManyRangesOnASynchronousStoreDoNotRecurse) {
   for (uint64_t i = 0; i < 100000; ++i) ranges.push_back({i * 2, 1});
   auto got = reader.ReadRanges("obj", ranges);
   ASSERT_TRUE(got.ok());
-  for (size_t i = 0; i < ranges.size(); i += 997) EXPECT_EQ((*got)[i].view(), data.substr(i * 2, 1));
+  for (size_t i = 0; i < ranges.size(); i += 997)
+    EXPECT_EQ((*got)[i].view(), data.substr(i * 2, 1));
 }
 
 TEST(RangedReaderTest, HedgingReissuesAStalledPart) {
@@ -225,7 +225,8 @@ TEST(RangedReaderTest, ConcurrentCallersGetTheirOwnBytes) {
           continue;
         }
         for (size_t k = 0; k < ranges.size(); ++k) {
-          if ((*got)[k].view() != std::string_view(f.data).substr(ranges[k].offset, ranges[k].length)) {
+          if ((*got)[k].view() !=
+              std::string_view(f.data).substr(ranges[k].offset, ranges[k].length)) {
             ++failures;
           }
         }

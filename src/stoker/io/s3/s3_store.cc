@@ -281,8 +281,8 @@ void S3Store::ReadAsync(ReadRequest request, ReadCallback done) {
   std::string url = Url(request.key);
   auto read_empty = [this, request, url](ReadCallback done) {
     // No HTTP Range expresses "zero bytes at offset": check the offset against the size.
-    StatAsync(request.key, [request, url, done = std::move(done)](
-                               absl::StatusOr<ObjectInfo> info) mutable {
+    StatAsync(request.key, [request, url,
+                            done = std::move(done)](absl::StatusOr<ObjectInfo> info) mutable {
       if (!info.ok()) return std::move(done)(info.status());
       if (!request.if_match.empty() && info->etag != request.if_match) {
         return std::move(done)(absl::FailedPreconditionError(

@@ -132,8 +132,8 @@ void ServiceClient::HeartbeatLoop() {
                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", options_.dispatcher_address));
     } else if (Clock::now() - last_ok > options_.dispatcher_patience) {
-      error_ = FromGrpc(s, StrCat("dispatcher ", options_.dispatcher_address,
-                                  " unreachable for too long"));
+      error_ = FromGrpc(
+          s, StrCat("dispatcher ", options_.dispatcher_address, " unreachable for too long"));
     }
     if (finished_ && to_ack_.empty()) {
       // Nothing more to learn; keep quiet until destruction.

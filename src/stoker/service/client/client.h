@@ -13,8 +13,8 @@
 // requests_per_worker requests in flight to each, into a local prefetch buffer bounded by
 // prefetch_bytes. The fetch threads are a pool shared by all workers (requests_per_worker per
 // worker, at most kMaxFetchThreads), taken in turn, so a client's threads stay bounded however
-// many workers register. Elements already held are dropped: the same index of one worker's stream (a
-// response resent after one was lost), or the same split and sequence (a split re-served by
+// many workers register. Elements already held are dropped: the same index of one worker's stream
+// (a response resent after one was lost), or the same split and sequence (a split re-served by
 // another worker after its first worker was lost).
 //
 // Thread safety: GetNext is called by one thread at a time; stats() is thread-safe.
@@ -39,13 +39,13 @@
 namespace stoker::service {
 
 struct ServiceClientOptions {
-  std::string dispatcher_address;  // host:port
-  std::string job_name;            // empty: an anonymous job of its own
+  std::string dispatcher_address;    // host:port
+  std::string job_name;              // empty: an anonymous job of its own
   std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
-  std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
-  int64_t num_epochs = 1;   // epochs of the job, delivered one after another (a named job keeps
-                            // the number it was created with)
-  int requests_per_worker = 2;       // GetElements requests in flight to each worker
+  std::string compression;      // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
+  int64_t num_epochs = 1;       // epochs of the job, delivered one after another (a named job keeps
+                                // the number it was created with)
+  int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
@@ -68,7 +68,7 @@ class ServiceClient {
   // Validates the spec locally (its fingerprint and sample count go to the dispatcher), then
   // creates or joins the job; retries while the dispatcher is unreachable (bounded by patience).
   static absl::StatusOr<std::unique_ptr<ServiceClient>> Open(const ServiceClientOptions& options,
-                                                            const std::string& spec_json);
+                                                             const std::string& spec_json);
   ~ServiceClient();  // stops and joins its threads
 
   // The next element; nullopt at the end of the job's data.
@@ -82,10 +82,10 @@ class ServiceClient {
     int64_t worker_id = 0;
     std::string address;
     std::unique_ptr<WorkerService::Stub> stub;  // shared by the requests in flight
-    bool removed = false;  // the dispatcher no longer lists the worker
-    bool ended = false;    // sharding off: the worker's whole stream was received
-    int64_t received_below = 0;          // every index of its stream below this was received
-    std::set<int64_t> received_above;    // indices received at or above received_below
+    bool removed = false;                       // the dispatcher no longer lists the worker
+    bool ended = false;                // sharding off: the worker's whole stream was received
+    int64_t received_below = 0;        // every index of its stream below this was received
+    std::set<int64_t> received_above;  // indices received at or above received_below
     bool restart = false;  // a response was lost: the next request moves the cursor back
     int in_flight = 0;     // requests to this worker now
     std::chrono::steady_clock::time_point retry_at;  // after a failed request: not before

@@ -77,7 +77,8 @@ absl::StatusOr<Buffer> Decompress(const Buffer& all) {
   if (algorithm == static_cast<uint8_t>(Compression::kZstd)) {
     unsigned long long framed = ZSTD_getFrameContentSize(src, src_size);
     if (framed != size)
-      return Malformed(all.size(), "zstd frame does not state the decoded length", kCompressedHeader);
+      return Malformed(all.size(), "zstd frame does not state the decoded length",
+                       kCompressedHeader);
   } else if (algorithm == static_cast<uint8_t>(Compression::kLz4)) {
     if (size > static_cast<uint64_t>(src_size) * 255 + 16)  // lz4 expands at most ~255x
       return Malformed(all.size(), "lz4 data too short for its decoded length", kCompressedHeader);
@@ -87,11 +88,13 @@ absl::StatusOr<Buffer> Decompress(const Buffer& all) {
     size_t n = ZSTD_decompress(out.data(), size, src, src_size);
     if (ZSTD_isError(n))
       return Malformed(all.size(), StrCat("zstd: ", ZSTD_getErrorName(n)), kCompressedHeader);
-    if (n != size) return Malformed(all.size(), "zstd data shorter than its length", kCompressedHeader);
+    if (n != size)
+      return Malformed(all.size(), "zstd data shorter than its length", kCompressedHeader);
   } else if (algorithm == static_cast<uint8_t>(Compression::kLz4)) {
     if (size > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE) || src_size > LZ4_MAX_INPUT_SIZE)
       return Malformed(all.size(), "lz4 block too large", kCompressedHeader);
-    int n = LZ4_decompress_safe(src, out.chars(), static_cast<int>(src_size), static_cast<int>(size));
+    int n =
+        LZ4_decompress_safe(src, out.chars(), static_cast<int>(src_size), static_cast<int>(size));
     if (n < 0 || static_cast<uint64_t>(n) != size)
       return Malformed(all.size(), "lz4 data corrupt or not its stated length", kCompressedHeader);
   } else {
@@ -112,9 +115,12 @@ absl::StatusOr<Compression> ParseCompression(std::string_view name) {
 
 std::string_view CompressionName(Compression c) {
   switch (c) {
-    case Compression::kZstd: return "zstd";
-    case Compression::kLz4: return "lz4";
-    case Compression::kNone: break;
+    case Compression::kZstd:
+      return "zstd";
+    case Compression::kLz4:
+      return "lz4";
+    case Compression::kNone:
+      break;
   }
   return "none";
 }
@@ -158,12 +164,14 @@ EncodedElement EncodePieces(const data::Element& element) {
 // The compressed payload (header + data) in a buffer of exactly its size, since the worker's byte
 // budget counts that size; nullopt if the codec fails (the caller sends the payload plain).
 std::optional<Buffer> Compress(std::string_view raw, Compression compression) {
-  size_t bound = compression == Compression::kZstd ? ZSTD_compressBound(raw.size())
-                                                   : LZ4_compressBound(static_cast<int>(raw.size()));
+  size_t bound = compression == Compression::kZstd
+                     ? ZSTD_compressBound(raw.size())
+                     : LZ4_compressBound(static_cast<int>(raw.size()));
   MutableBuffer scratch(kCompressedHeader + bound);
   size_t n = 0;
   if (compression == Compression::kZstd) {
-    n = ZSTD_compress(scratch.data() + kCompressedHeader, bound, raw.data(), raw.size(), kZstdLevel);
+    n = ZSTD_compress(scratch.data() + kCompressedHeader, bound, raw.data(), raw.size(),
+                      kZstdLevel);
     if (ZSTD_isError(n)) return std::nullopt;  // cannot happen with a bound-sized output
   } else {
     if (raw.size() > LZ4_MAX_INPUT_SIZE) return std::nullopt;

@@ -24,7 +24,8 @@ TEST(ElementCodec, RoundTripsKeysShapesAndBytes) {
   EXPECT_EQ(img.shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(img.values<float>()[5], 6.0f);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(img.data.data()) % 8, 0u);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(d->fields.at("raw").data.data()), 5), "hello");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(d->fields.at("raw").data.data()), 5),
+            "hello");
 }
 
 TEST(ElementCodec, TruncatedOrGarbledPayloadIsAnError) {

@@ -4,10 +4,10 @@ namespace stoker::service {
 namespace {
 
 // Protobuf wire format: a field's tag is (number << 3) | wire type (0 varint, 2 length-delimited).
-constexpr uint8_t kElementsTag = (1 << 3) | 2;      // GetElementsResponse.elements
-constexpr uint8_t kEndOfStreamTag = (2 << 3) | 0;   // GetElementsResponse.end_of_stream
-constexpr uint8_t kStreamEndTag = (3 << 3) | 0;     // GetElementsResponse.stream_end
-constexpr uint8_t kPayloadTag = (6 << 3) | 2;       // ElementData.payload
+constexpr uint8_t kElementsTag = (1 << 3) | 2;     // GetElementsResponse.elements
+constexpr uint8_t kEndOfStreamTag = (2 << 3) | 0;  // GetElementsResponse.end_of_stream
+constexpr uint8_t kStreamEndTag = (3 << 3) | 0;    // GetElementsResponse.stream_end
+constexpr uint8_t kPayloadTag = (6 << 3) | 2;      // ElementData.payload
 
 void PutVarint(std::string* out, uint64_t v) {
   while (v >= 0x80) {

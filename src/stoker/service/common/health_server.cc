@@ -28,9 +28,8 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port) {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
     int err = errno;
     ::close(fd);
-    return absl::UnavailableError(
-        StrCat("cannot listen for /healthz on port ", port, ": ", strerror(err),
-               " (choose another --http-port)"));
+    return absl::UnavailableError(StrCat("cannot listen for /healthz on port ", port, ": ",
+                                         strerror(err), " (choose another --http-port)"));
   }
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);

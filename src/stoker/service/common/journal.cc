@@ -19,7 +19,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir) {
   if (ec) return absl::InternalError(StrCat("cannot create work dir ", dir, ": ", ec.message()));
   std::string path = dir + "/journal.jsonl";
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(StrCat("cannot open journal ", path, ": ", strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(StrCat("cannot open journal ", path, ": ", strerror(errno)));
   return std::unique_ptr<Journal>(new Journal(path, fd));
 }
 

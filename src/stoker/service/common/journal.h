@@ -1,6 +1,7 @@
 // The dispatcher's journal: an append-only file of updates (one JSON object a line) in its work
 // directory. An update is written and flushed to disk before any RPC can see its effect, so
-// replaying the file rebuilds the state after a crash (see Dispatcher::Update for the order). A torn last line (a crash mid-write) is ignored.
+// replaying the file rebuilds the state after a crash (see Dispatcher::Update for the order). A
+// torn last line (a crash mid-write) is ignored.
 //
 // Group commit: Write appends without waiting for the disk; SyncTo(seq) waits until every update up
 // to seq is on disk, and one fdatasync serves every caller waiting at that moment.

@@ -22,8 +22,10 @@ using Clock = std::chrono::steady_clock;
 // The in-memory state is ahead of the journal: stop, so that a restart replays a consistent
 // state (clients and workers retry meanwhile).
 [[noreturn]] void StopOnJournalFailure(const absl::Status& s) {
-  SPDLOG_CRITICAL("dispatcher: the journal failed ({}); exiting so that a restart replays a "
-                  "consistent state", s.ToString());
+  SPDLOG_CRITICAL(
+      "dispatcher: the journal failed ({}); exiting so that a restart replays a "
+      "consistent state",
+      s.ToString());
   std::fflush(nullptr);
   std::abort();
 }
@@ -76,8 +78,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
       for (const json& u : updates) {
         absl::Status s = d->state_.Apply(u);
         if (!s.ok())
-          return absl::DataLossError(StrCat("replaying journal ", d->journal_->path(), ": ",
-                                            s.message()));
+          return absl::DataLossError(
+              StrCat("replaying journal ", d->journal_->path(), ": ", s.message()));
         ++d->updates_;
       }
       if (!updates.empty())
@@ -93,8 +95,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
   builder.RegisterService(d->service_.get());
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr || d->port_ == 0)
-    return absl::UnavailableError(
-        StrCat("dispatcher cannot listen on port ", options.port, " (in use? choose another --port)"));
+    return absl::UnavailableError(StrCat("dispatcher cannot listen on port ", options.port,
+                                         " (in use? choose another --port)"));
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorWorkers(); });
   return d;
 }
@@ -163,8 +165,8 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   ASSIGN_OR_RETURN(Compression compression, ParseCompression(req.compression()));
   const int64_t num_epochs = req.num_epochs() == 0 ? 1 : req.num_epochs();
   if (num_epochs < 1 || num_epochs > DispatcherState::kMaxEpochs)
-    return absl::InvalidArgumentError(StrCat("num_epochs ", req.num_epochs(), " is not 1 .. ",
-                                             DispatcherState::kMaxEpochs));
+    return absl::InvalidArgumentError(
+        StrCat("num_epochs ", req.num_epochs(), " is not 1 .. ", DispatcherState::kMaxEpochs));
   if (req.fingerprint().empty() || req.spec_json().empty())
     return absl::InvalidArgumentError("GetOrCreateJob needs a spec and its fingerprint");
   // Datasets are keyed by fingerprint: one computed here, never trusted from the request, so a
@@ -174,13 +176,12 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (spec.is_discarded() || !spec.is_object())
     return absl::InvalidArgumentError("GetOrCreateJob: the spec is not a JSON object");
   if (data::Pipeline::Fingerprint(spec) != req.fingerprint())
-    return absl::InvalidArgumentError(
-        StrCat("GetOrCreateJob: fingerprint ", req.fingerprint().substr(0, 64),
-               " is not the spec's (", data::Pipeline::Fingerprint(spec),
-               "); send Pipeline::fingerprint() of the spec you send"));
+    return absl::InvalidArgumentError(StrCat(
+        "GetOrCreateJob: fingerprint ", req.fingerprint().substr(0, 64), " is not the spec's (",
+        data::Pipeline::Fingerprint(spec), "); send Pipeline::fingerprint() of the spec you send"));
   if (req.num_samples() < 0 || req.num_samples() > (int64_t{1} << 62) / num_epochs)
-    return absl::InvalidArgumentError(StrCat("num_samples ", req.num_samples(),
-                                             " times num_epochs must be 0 .. 2^62"));
+    return absl::InvalidArgumentError(
+        StrCat("num_samples ", req.num_samples(), " times num_epochs must be 0 .. 2^62"));
   if (sharding == "dynamic" && req.num_samples() <= 0)
     return absl::InvalidArgumentError(
         "dynamic sharding needs a pipeline over an indexed source (a dataset, range or memory "
@@ -230,16 +231,18 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   if (id == 0 || !state_.workers().count(id)) {
     if (id != 0) SPDLOG_WARN("dispatcher: worker {} was lost; registering it again", id);
     id = state_.next_worker_id();
-    RETURN_IF_ERROR(Update({{"type", "register_worker"}, {"worker_id", id}, {"address", req.address()}}));
+    RETURN_IF_ERROR(
+        Update({{"type", "register_worker"}, {"worker_id", id}, {"address", req.address()}}));
     SPDLOG_INFO("dispatcher: worker {} at {}", id, req.address());
   }
   last_heartbeat_[id] = Clock::now();
   if (req.failed_job() != 0) {
     const auto* job = state_.FindJob(req.failed_job());
     if (job != nullptr && job->error.empty())
-      RETURN_IF_ERROR(Update({{"type", "job_error"},
-                              {"job_id", req.failed_job()},
-                              {"message", StrCat("worker ", req.address(), ": ", req.task_error())}}));
+      RETURN_IF_ERROR(
+          Update({{"type", "job_error"},
+                  {"job_id", req.failed_job()},
+                  {"message", StrCat("worker ", req.address(), ": ", req.task_error())}}));
   }
   resp->set_worker_id(id);
   ListTasks(resp);
@@ -253,7 +256,8 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   };
   // Bounded well inside the worker timeout: the worker's next heartbeat follows the reply.
   int64_t max_wait_ms = options_.worker_timeout.count() / 3;
-  auto deadline = absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, max_wait_ms));
+  auto deadline =
+      absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, max_wait_ms));
   while (!stopping_ && unchanged() && absl::Now() < deadline) {
     int64_t version = tasks_version_;
     auto changed = [&] { return stopping_ || tasks_version_ != version; };
@@ -346,12 +350,14 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
   absl::MutexLock lock(&mu_);
   const auto* job = state_.FindJob(req.job_id());
   if (job == nullptr)
-    return absl::NotFoundError(StrCat("no job ", req.job_id(), " at this dispatcher (was its "
+    return absl::NotFoundError(StrCat("no job ", req.job_id(),
+                                      " at this dispatcher (was its "
                                       "work dir removed?)"));
   int64_t client_id = req.client_id();
   if (client_id == 0) {
     client_id = state_.next_client_id();
-    RETURN_IF_ERROR(Update({{"type", "register_client"}, {"client_id", client_id}, {"job_id", job->id}}));
+    RETURN_IF_ERROR(
+        Update({{"type", "register_client"}, {"client_id", client_id}, {"job_id", job->id}}));
   }
   resp->set_client_id(client_id);
   json acks = json::array();
@@ -363,7 +369,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     RETURN_IF_ERROR(Update({{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}}));
   for (int64_t worker_id : req.ended_workers())
     if (state_.workers().count(worker_id) && !job->ended_workers.count(worker_id))
-      RETURN_IF_ERROR(Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
+      RETURN_IF_ERROR(
+          Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
   for (const auto& [id, w] : state_.workers()) {
     WorkerInfo* info = resp->add_workers();
     info->set_worker_id(id);

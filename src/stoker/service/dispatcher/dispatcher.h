@@ -2,7 +2,8 @@
 //
 // Glossary
 //   dataset   a pipeline spec, registered under its fingerprint (registering twice is a no-op).
-//   job       one or more epochs of a dataset produced for its consumer(s); named jobs are shared by
+//   job       one or more epochs of a dataset produced for its consumer(s); named jobs are shared
+//   by
 //             name (GetOrCreateJob returns the existing one), anonymous jobs are new on every call.
 //   split     a contiguous run [begin, end) of the job's sample order (the source's shuffled index
 //             permutation), sized by the worker to take about 100 ms; the unit of dynamic sharding,
@@ -11,11 +12,11 @@
 //   consumer  a client reading a job's elements from every worker serving it.
 //
 // Protocol (all unary gRPC; service.proto)
-//   client   -> dispatcher  GetOrCreateJob(spec, fingerprint, num_samples, name, sharding) -> job id
-//   worker   -> dispatcher  WorkerHeartbeat(id, address, task errors, running jobs) -> id, tasks
+//   client   -> dispatcher  GetOrCreateJob(spec, fingerprint, num_samples, name, sharding) -> job
+//   id worker   -> dispatcher  WorkerHeartbeat(id, address, task errors, running jobs) -> id, tasks
 //                           (every ~interval; held until the task list changes, at most wait_ms)
-//   worker   -> dispatcher  GetSplit(worker, job, wanted samples) -> SPLIT(id, begin, end) | WAIT | END
-//   client   -> dispatcher  ClientHeartbeat(job, client, completed splits) -> workers, finished
+//   worker   -> dispatcher  GetSplit(worker, job, wanted samples) -> SPLIT(id, begin, end) | WAIT |
+//   END client   -> dispatcher  ClientHeartbeat(job, client, completed splits) -> workers, finished
 //   client   -> worker      GetElements(job, client, next index) -> elements tagged
 //                           (split, sequence, last) with a raw payload (element_codec.h)
 //
@@ -37,6 +38,8 @@
 // journaled so that the journal order is the apply order, but never across an RPC).
 #pragma once
 
+#include <grpcpp/server.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -45,12 +48,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/journal.h"
 #include "stoker/service/dispatcher/dispatcher_state.h"
-#include <grpcpp/server.h>
-
-#include "stoker/service.grpc.pb.h"
-
 
 namespace stoker::service {
 

@@ -136,8 +136,10 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
   SetDeadline(&ctx, std::chrono::seconds(2));
   grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
   if (!s.ok())
-    SPDLOG_WARN("worker {}: could not tell dispatcher {} it leaves ({}); it will notice the missed "
-                "heartbeats", address_, options_.dispatcher_address, s.error_message());
+    SPDLOG_WARN(
+        "worker {}: could not tell dispatcher {} it leaves ({}); it will notice the missed "
+        "heartbeats",
+        address_, options_.dispatcher_address, s.error_message());
 }
 
 void Worker::HeartbeatLoop() {
@@ -208,7 +210,7 @@ void Worker::HeartbeatLoop() {
       // change); otherwise wait out the interval (nothing if the dispatcher held the call that
       // long), or the back-off after an error.
       auto elapsed = Clock::now() - sent;
-      auto wait = !s.ok() ? backoff
+      auto wait = !s.ok()   ? backoff
                   : changed ? std::chrono::milliseconds(2) - elapsed  // never a busy loop
                             : options_.heartbeat_interval - elapsed;
       auto stop = [&] { return stopping_ || heartbeats_stopped_; };
@@ -274,9 +276,7 @@ absl::Status Worker::RunDynamic(Task* task) {
     GetSplitRequest req;
     {
       absl::MutexLock lock(&mu_);
-      auto room = [&] {
-        return Stopped(task) || task->buffered_bytes < options_.buffer_bytes / 2;
-      };
+      auto room = [&] { return Stopped(task) || task->buffered_bytes < options_.buffer_bytes / 2; };
       mu_.Await(absl::Condition(&room));
       if (Stopped(task) || draining_) return absl::OkStatus();
       req.set_worker_id(worker_id_);
@@ -331,7 +331,8 @@ absl::Status Worker::RunDynamic(Task* task) {
 
 absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer* resp) {
   if (req.next_index() < 0)
-    return absl::InvalidArgumentError(StrCat("GetElements: negative next_index ", req.next_index()));
+    return absl::InvalidArgumentError(
+        StrCat("GetElements: negative next_index ", req.next_index()));
   const int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
   std::vector<Buffered> copies;  // taken under the lock (cheap: metadata and a reference)
   bool end_of_stream = false;
@@ -354,9 +355,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
       int64_t& cursor = task->cursors[req.client_id()];
       cursor = req.restart() ? req.next_index() : std::max(cursor, req.next_index());
       cursor = std::min(cursor, task->next_index);
-      auto ready = [&] {
-        return stopping_ || task->next_index > cursor || task->producer_done;
-      };
+      auto ready = [&] { return stopping_ || task->next_index > cursor || task->producer_done; };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
       int64_t bytes = 0;
       for (int64_t i = std::max(cursor, task->first_index); i < task->next_index; ++i) {

@@ -18,6 +18,9 @@
 // Thread safety: all public methods are thread-safe. One mutex; no lock is held across an RPC.
 #pragma once
 
+#include <grpcpp/server.h>
+#include <grpcpp/support/byte_buffer.h>
+
 #include <chrono>
 #include <deque>
 #include <map>
@@ -27,14 +30,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include <grpcpp/server.h>
-#include <grpcpp/support/byte_buffer.h>
-
-#include "stoker/service/common/element_codec.h"
-
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service.pb.h"
-
+#include "stoker/service/common/element_codec.h"
 
 namespace stoker::service {
 
@@ -67,7 +65,7 @@ class Worker {
 
  private:
   struct Buffered {
-    ElementData meta;                            // every field but the payload
+    ElementData meta;  // every field but the payload
     // The element_codec encoding (empty: no payload). It shares the element's tensor buffers, so
     // a buffered element may keep a larger read buffer alive than its size says.
     EncodedElement payload;
@@ -83,7 +81,7 @@ class Worker {
     int64_t next_index = 0;  // given to the next element produced
     int64_t buffered_bytes = 0;
     std::map<int64_t, int64_t> cursors;  // client id -> the next index to hand it
-    bool producer_done = false;  // the task thread has returned
+    bool producer_done = false;          // the task thread has returned
     bool cancelled = false;
     std::thread thread;
   };
