@@ -75,7 +75,7 @@ def make_raw_dataset(ctx, name, count, size):
 
 
 def make_jpeg_dataset(ctx, images):
-    """JPEGs from the build's make_test_images (as src/stoker/data/p3_bench.py, which the pipeline
+    """JPEGs from the build's make_test_images (as bench/tools/p3_bench.py, which the pipeline
     suite runs, makes them), converted to shards; the P3 pipeline without flip, batch 32."""
     tree = os.path.join(ctx.tmp, "jpeg-tree")
     lib.run([os.path.join(ctx.build_dir, "make_test_images"), tree, "--classes", "8",

@@ -32,7 +32,7 @@ def shards(tmp_path_factory, stoker_bin, make_images_bin):
 
 
 def image_spec(url):
-    """The pipeline of src/stoker/data/run_cli_test.sh."""
+    """The pipeline of tests/cli/run_cli_test.sh."""
     return {
         "source": {"dataset": url},
         "ops": [

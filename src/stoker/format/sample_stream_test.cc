@@ -249,22 +249,22 @@ TEST(StreamTest, FuzzSeedsAreValid) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   auto record =
-      shard::DecodeRecord(Buffer::FromString(read("fuzz_shard_record/valid")), "u", 16, "cat/001");
+      shard::DecodeRecord(Buffer::FromString(read("shard_record_fuzzer/valid")), "u", 16, "cat/001");
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_EQ(record->Find("cls")->view(), "3");
-  auto example = tfrecord::ExampleToSample(read("fuzz_example/example"), "default");
+  auto example = tfrecord::ExampleToSample(read("example_fuzzer/example"), "default");
   ASSERT_TRUE(example.ok()) << example.status();
   EXPECT_EQ(example->key, "key0");
   EXPECT_EQ(example->Find("label")->view(), "7 300");
-  EXPECT_EQ(StrCat(root, "/tests/fuzz/corpus/fuzz_tfrecord/two_records").empty(), false);
+  EXPECT_EQ(StrCat(root, "/tests/fuzz/corpus/tfrecord_fuzzer/two_records").empty(), false);
   auto target = io::OpenUrl("mem://seeds/two.tfrecord");
   ASSERT_TRUE(
-      target->store->Put(target->key, Buffer::FromString(read("fuzz_tfrecord/two_records"))).ok());
+      target->store->Put(target->key, Buffer::FromString(read("tfrecord_fuzzer/two_records"))).ok());
   EXPECT_EQ(ReadAll("mem://seeds/two.tfrecord").size(), 2u);
   target = io::OpenUrl("mem://seeds/gnu.tar");
-  ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("fuzz_tar/gnu.tar"))).ok());
+  ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("tar_fuzzer/gnu.tar"))).ok());
   EXPECT_EQ(ReadAll("mem://seeds/gnu.tar").size(), 2u);
-  auto manifest = ParseManifest(read("fuzz_manifest/valid.json"), "u");
+  auto manifest = ParseManifest(read("manifest_fuzzer/valid.json"), "u");
   EXPECT_TRUE(manifest.ok()) << manifest.status();
 }
 

@@ -1,5 +1,5 @@
 // Fuzzes the WebDataset tar streaming reader (headers, GNU/pax names, path checks, grouping).
-#include "stoker/format/fuzz/stream_fuzz_util.h"
+#include "stoker/format/stream_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   stoker::format::FuzzStream(data, size, stoker::format::StreamFormat::kTar,
