@@ -9,6 +9,7 @@
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/data/op_registry.h"
 #include "stoker/data/ops.h"
 #include "stoker/data/source.h"
 #include "stoker/data/sources_format.h"
@@ -19,9 +20,6 @@ namespace stoker::data {
 using json = nlohmann::json;
 
 namespace {
-
-const std::vector<std::string> kStructuralOps = {
-    "shuffle", "batch", "padded_batch", "bucket_by_length", "repeat", "take", "skip", "prefetch"};
 
 std::string HexDigest(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -54,8 +52,7 @@ absl::Status LoadPlugins(ParamReader& top) {
 
 std::string Allowed() {
   std::string out;
-  for (const auto& n : kStructuralOps) out += StrCat(out.empty() ? "" : ", ", n);
-  for (const auto& n : RegisteredTransformNames()) out += StrCat(", ", n);
+  for (const auto& n : RegisteredOpNames()) out += StrCat(out.empty() ? "" : ", ", n);
   return out;
 }
 
@@ -153,63 +150,27 @@ struct PipelineBuilder {
       ParamReader p(op, path, StrCat("op '", name, "'"));
       p.String("op");
       const uint64_t op_seed = MixSeed({seed, i});
-      if (name == "shuffle") {
-        uint64_t s = static_cast<uint64_t>(p.Int("seed", static_cast<int64_t>(seed), 0));
-        int64_t buffer = p.Int("buffer", 1024, 1, int64_t{1} << 30);
-        bool reshuffle = p.Bool("reshuffle_each_epoch", true);
-        RETURN_IF_ERROR(p.Finish());
-        if (!node && steps.empty()) {
-          // Directly on the source: a full permutation (indexed) or a shard-order shuffle
-          // (stream) followed by a buffer.
-          MaterializeSource(MixSeed({s, 0x5ca1ab1e}), reshuffle);
-          if (stream) node = MakeShuffleBufferNode(node, buffer, MixSeed({s, i}), reshuffle);
-        } else {
+      const OpDefinition* def = FindOp(name);
+      if (def != nullptr && def->dataset) {
+        OpContext context;
+        context.name = name;
+        context.index = i;
+        context.pipeline_seed = seed;
+        context.input = [this] {
           FlushSteps();
-          node = MakeShuffleBufferNode(node, buffer, MixSeed({s, i}), reshuffle);
-        }
-      } else if (name == "batch" || name == "padded_batch") {
-        BatchOptions o;
-        o.size = p.Int("size", std::nullopt, 1, int64_t{1} << 24);
-        o.drop_remainder = p.Bool("drop_remainder", false);
-        o.padded = name == "padded_batch";
-        if (o.padded) o.padding_value = p.Number("padding_value", 0.0);
+          return node;
+        };
+        context.at_source = !node && steps.empty();
+        context.stream_source = stream != nullptr;
+        context.source = [this](std::optional<uint64_t> shuffle_seed, bool reshuffle) {
+          MaterializeSource(shuffle_seed, reshuffle);
+          return node;
+        };
+        ASSIGN_OR_RETURN(NodePtr next, def->dataset(p, context));
         RETURN_IF_ERROR(p.Finish());
-        FlushSteps();
-        node = MakeBatchNode(node, o);
-      } else if (name == "bucket_by_length") {
-        std::string field = p.String("field");
-        auto boundaries = p.IntList("boundaries", std::nullopt, 1, 1024, 1);
-        auto sizes = p.IntList("batch_sizes", std::nullopt, 2, 1025, 1);
-        double padding = p.Number("padding_value", 0.0);
-        bool drop = p.Bool("drop_remainder", false);
-        if (!std::is_sorted(boundaries.begin(), boundaries.end()) ||
-            std::adjacent_find(boundaries.begin(), boundaries.end()) != boundaries.end()) {
-          p.Fail("boundaries", "expected strictly increasing lengths");
-        }
-        if (sizes.size() != boundaries.size() + 1) {
-          p.Fail("batch_sizes",
-                 StrCat("expected ", boundaries.size() + 1,
-                        " batch sizes (one more than boundaries), got ", sizes.size()));
-        }
-        RETURN_IF_ERROR(p.Finish());
-        FlushSteps();
-        node = MakeBucketByLengthNode(node, field, boundaries, sizes, padding, drop);
-      } else if (name == "repeat") {
-        int64_t count = p.Int("count", -1, -1);
-        RETURN_IF_ERROR(p.Finish());
-        FlushSteps();
-        node = MakeRepeatNode(node, count);
-      } else if (name == "take" || name == "skip") {
-        int64_t count = p.Int("count", std::nullopt, 0);
-        RETURN_IF_ERROR(p.Finish());
-        FlushSteps();
-        node = name == "take" ? MakeTakeNode(node, count) : MakeSkipNode(node, count);
-      } else if (name == "prefetch") {
-        int64_t buffer = p.Int("buffer", 0, 0, 1 << 20);
-        RETURN_IF_ERROR(p.Finish());
-        FlushSteps();
-        node = MakePrefetchNode(node, buffer);
-      } else if (const TransformFactory* factory = FindTransform(name)) {
+        node = std::move(next);
+      } else if (def != nullptr) {
+        const TransformFactory* factory = &def->transform;
         int64_t par = p.Int("parallelism", 0, 0, 1024);
         parallelism = std::max<int>(parallelism, static_cast<int>(par));
         MapStep step{StrCat("ops[", i, "].", name), nullptr, op_seed};
@@ -248,7 +209,7 @@ struct PipelineBuilder {
 };
 
 absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& spec) {
-  RegisterBuiltinTransforms();
+  RegisterBuiltinOps();
   ParamReader top(spec, "$", "the pipeline spec");
   // Plugins first: their ops may appear in "ops".
   RETURN_IF_ERROR(LoadPlugins(top));

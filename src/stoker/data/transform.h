@@ -7,6 +7,9 @@
 // registered name as an op. The executable loading plugins must export its symbols
 // (CMake ENABLE_EXPORTS), because plugins call back into stoker (Buffer, ParamReader).
 //
+// Transforms share one registry with the other ops (op_registry.h); a plugin's name must not be
+// taken by a built-in op.
+//
 // Thread safety: Apply is called concurrently for different elements and must be thread-safe
 // (a transform is immutable once built). The registry is thread-safe.
 #pragma once
@@ -41,8 +44,9 @@ using TransformFactory =
 
 // Registers `name` as an op. Returns AlreadyExists if the name is taken. Thread-safe.
 absl::Status RegisterTransform(const std::string& name, TransformFactory factory);
-// The factory for `name`, or nullptr. Thread-safe.
+// The factory for `name` if it is an element-wise op, or nullptr. Thread-safe.
 const TransformFactory* FindTransform(const std::string& name);
+// The names of the element-wise ops, sorted.
 std::vector<std::string> RegisteredTransformNames();
 
 namespace internal {

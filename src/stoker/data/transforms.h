@@ -1,9 +1,8 @@
 // The built-in element-wise ops (decode_image, resize, center_crop, random_resized_crop, flip,
-// normalize, cast, filter, map_field). pipeline.cc registers them once; docs/pipeline.md lists
-// their parameters.
+// normalize in ops/image_transforms.cc; cast, filter, map_field in ops/field_transforms.cc),
+// registered by RegisterBuiltinOps (op_registry.h); docs/pipeline.md lists their parameters.
 //
-// Thread safety: RegisterBuiltinTransforms is thread-safe; the transforms are immutable and their
-// Apply is thread-safe.
+// Thread safety: the transforms are immutable and their Apply is thread-safe.
 #pragma once
 
 #include <memory>
@@ -11,9 +10,6 @@
 #include "stoker/data/transform.h"
 
 namespace stoker::data {
-
-// Registers the built-in transforms (idempotent, thread-safe).
-void RegisterBuiltinTransforms();
 
 // decode_image immediately followed by random_resized_crop on the same field: decodes only the
 // JPEG region under the crop, at a reduced DCT scale (1/2, 1/4, 1/8) when the crop still has the
