@@ -2,7 +2,7 @@
 // minibatches of BATCH_SIZE samples from a stoker dataset and prints one JSON line
 // {"samples", "bytes", "seconds", "requests"}. The indices are the first BATCHES * BATCH_SIZE of a
 // permutation of the dataset fixed by SEED. MODE:
-//   batched     one Dataset::ReadSamples call per minibatch (grouped by shard, coalesced)
+//   batched     one ShardedDataset::ReadSamples call per minibatch (grouped by shard, coalesced)
 //   per-sample  one read per sample, 16 in flight at a time (the same bytes, no batching)
 // Used by bench/suites/format.py.
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "stoker/format/dataset.h"
+#include "stoker/format/sharded_dataset.h"
 #include "stoker/io/http/http_transport.h"
 
 int main(int argc, char** argv) {
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   }
   std::string mode = argv[2];
   uint64_t batches = std::stoull(argv[3]), batch_size = std::stoull(argv[4]);
-  auto ds = stoker::format::Dataset::Open(argv[1]);
+  auto ds = stoker::format::ShardedDataset::Open(argv[1]);
   if (!ds.ok()) {
     std::fprintf(stderr, "%s\n", std::string(ds.status().message()).c_str());
     return 1;

@@ -17,8 +17,8 @@
 #include "stoker/core/thread.h"
 #include "stoker/core/thread_pool.h"
 #include "stoker/format/convert.h"
-#include "stoker/format/dataset.h"
 #include "stoker/format/sample_stream.h"
+#include "stoker/format/sharded_dataset.h"
 
 namespace stoker::cli {
 namespace {
@@ -197,7 +197,8 @@ absl::Status Inspect(const InspectArgs& args) {
       args.url.ends_with(".tfrecords") || args.url.ends_with(".tfr")) {
     return InspectStream(args);
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(args.url));
+  ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
+                   format::ShardedDataset::Open(args.url));
   const format::Manifest& m = ds->manifest();
   bool single = args.url.ends_with(".stk");
   std::printf("%s\n  format: stoker %s, version 1\n  shards: %zu\n  samples: %llu\n  bytes: %s\n",

@@ -53,7 +53,7 @@ class VectorSource : public IndexedSource {
   std::shared_ptr<const std::vector<Element>> samples_;
 };
 
-class VectorStream : public SampleStream {
+class VectorStream : public ElementStream {
  public:
   VectorStream(std::shared_ptr<const std::vector<Element>> samples, size_t begin, size_t end)
       : samples_(std::move(samples)), pos_(begin), end_(end) {}
@@ -72,10 +72,10 @@ class VectorStreamSource : public StreamSource {
   VectorStreamSource(std::shared_ptr<const std::vector<Element>> samples, int shards)
       : samples_(std::move(samples)), shards_(shards) {}
   int num_shards() const override { return shards_; }
-  absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const override {
+  absl::StatusOr<std::unique_ptr<ElementStream>> OpenShard(int shard) const override {
     size_t n = samples_->size();
     size_t begin = n * shard / shards_, end = n * (shard + 1) / shards_;
-    return std::unique_ptr<SampleStream>(new VectorStream(samples_, begin, end));
+    return std::unique_ptr<ElementStream>(new VectorStream(samples_, begin, end));
   }
 
  private:

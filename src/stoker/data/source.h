@@ -7,7 +7,7 @@
 // fields have dtype kBytes.
 //
 // Thread safety: both interfaces are thread-safe (Read / OpenShard may be called concurrently);
-// a SampleStream is used by one thread at a time.
+// an ElementStream is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +30,9 @@ class IndexedSource {
   virtual absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const = 0;
 };
 
-class SampleStream {
+class ElementStream {
  public:
-  virtual ~SampleStream() = default;
+  virtual ~ElementStream() = default;
   virtual absl::StatusOr<std::optional<Element>> Next() = 0;
 };
 
@@ -40,7 +40,7 @@ class StreamSource {
  public:
   virtual ~StreamSource() = default;
   virtual int num_shards() const = 0;
-  virtual absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<ElementStream>> OpenShard(int shard) const = 0;
 };
 
 // Samples 0..n-1: key "<i>" (decimal), field "value" = int64 scalar i.

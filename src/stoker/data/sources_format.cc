@@ -4,8 +4,8 @@
 #include "stoker/core/strings.h"
 
 #ifdef STOKER_HAVE_FORMAT
-#include "stoker/format/dataset.h"
 #include "stoker/format/sample_stream.h"
+#include "stoker/format/sharded_dataset.h"
 #endif
 
 namespace stoker::data {
@@ -23,7 +23,7 @@ Element ToElement(format::Sample sample) {
 
 class FormatIndexedSource : public IndexedSource {
  public:
-  explicit FormatIndexedSource(std::shared_ptr<format::Dataset> ds) : ds_(std::move(ds)) {}
+  explicit FormatIndexedSource(std::shared_ptr<format::ShardedDataset> ds) : ds_(std::move(ds)) {}
   int64_t size() const override { return static_cast<int64_t>(ds_->size()); }
   absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const override {
     std::vector<uint64_t> wanted(indices.begin(), indices.end());
@@ -35,10 +35,10 @@ class FormatIndexedSource : public IndexedSource {
   }
 
  private:
-  std::shared_ptr<format::Dataset> ds_;
+  std::shared_ptr<format::ShardedDataset> ds_;
 };
 
-class FormatStream : public SampleStream {
+class FormatStream : public ElementStream {
  public:
   explicit FormatStream(std::unique_ptr<format::SampleStream> s) : s_(std::move(s)) {}
   absl::StatusOr<std::optional<Element>> Next() override {
@@ -56,12 +56,12 @@ class FormatStreamSource : public StreamSource {
   FormatStreamSource(std::vector<std::string> urls, bool tar, bool skip_corrupt)
       : urls_(std::move(urls)), tar_(tar), skip_corrupt_(skip_corrupt) {}
   int num_shards() const override { return static_cast<int>(urls_.size()); }
-  absl::StatusOr<std::unique_ptr<SampleStream>> OpenShard(int shard) const override {
+  absl::StatusOr<std::unique_ptr<ElementStream>> OpenShard(int shard) const override {
     format::StreamOptions options;
     options.format = tar_ ? format::StreamFormat::kTar : format::StreamFormat::kTfRecord;
     options.on_corrupt = skip_corrupt_ ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
     ASSIGN_OR_RETURN(auto s, format::OpenSampleStream(urls_[shard], options));
-    return std::unique_ptr<SampleStream>(new FormatStream(std::move(s)));
+    return std::unique_ptr<ElementStream>(new FormatStream(std::move(s)));
   }
 
  private:
@@ -76,7 +76,8 @@ absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::stri
                                                                  bool skip_corrupt) {
   format::DatasetOptions options;
   options.on_corrupt = skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
-  ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds, format::Dataset::Open(url, options));
+  ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
+                   format::ShardedDataset::Open(url, options));
   return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds)));
 }
 

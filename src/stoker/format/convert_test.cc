@@ -10,7 +10,7 @@
 #include <random>
 
 #include "stoker/core/strings.h"
-#include "stoker/format/dataset.h"
+#include "stoker/format/sharded_dataset.h"
 #include "stoker/format/tfrecord.h"
 #include "stoker/testing/subprocess.h"
 
@@ -35,7 +35,7 @@ void WriteFile(const std::string& path, std::string_view bytes) {
 using Expected = std::map<std::string, std::map<std::string, std::string>>;
 
 void ExpectDataset(const std::string& url, const Expected& expected) {
-  auto ds = Dataset::Open(url);
+  auto ds = ShardedDataset::Open(url);
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ((*ds)->size(), expected.size());
   std::vector<uint64_t> all((*ds)->size());

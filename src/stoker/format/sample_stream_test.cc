@@ -248,8 +248,8 @@ TEST(StreamTest, FuzzSeedsAreValid) {
     std::ifstream in(StrCat(root, "/tests/fuzz/corpus/", rel), std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  auto record =
-      shard::DecodeRecord(Buffer::FromString(read("shard_record_fuzzer/valid")), "u", 16, "cat/001");
+  auto record = shard::DecodeRecord(Buffer::FromString(read("shard_record_fuzzer/valid")), "u", 16,
+                                    "cat/001");
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_EQ(record->Find("cls")->view(), "3");
   auto example = tfrecord::ExampleToSample(read("example_fuzzer/example"), "default");
@@ -259,7 +259,8 @@ TEST(StreamTest, FuzzSeedsAreValid) {
   EXPECT_EQ(StrCat(root, "/tests/fuzz/corpus/tfrecord_fuzzer/two_records").empty(), false);
   auto target = io::OpenUrl("mem://seeds/two.tfrecord");
   ASSERT_TRUE(
-      target->store->Put(target->key, Buffer::FromString(read("tfrecord_fuzzer/two_records"))).ok());
+      target->store->Put(target->key, Buffer::FromString(read("tfrecord_fuzzer/two_records")))
+          .ok());
   EXPECT_EQ(ReadAll("mem://seeds/two.tfrecord").size(), 2u);
   target = io::OpenUrl("mem://seeds/gnu.tar");
   ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("tar_fuzzer/gnu.tar"))).ok());

@@ -1,5 +1,6 @@
 // Loading a shard's footer and index (docs/format.md): one ranged read of the shard's tail, and a
-// second one only when the index is larger than the tail. Used by Dataset and the shard stream.
+// second one only when the index is larger than the tail. Used by ShardedDataset and the shard
+// stream.
 //
 // Thread safety: thread-safe (the reader is).
 #pragma once

@@ -203,7 +203,7 @@ class StreamSourceIterator : public Iterator {
   std::vector<int> order_;
   int64_t shard_pos_ = 0;  // index into order_
   int64_t record_ = 0;     // records of the current shard already returned
-  std::unique_ptr<SampleStream> stream_;
+  std::unique_ptr<ElementStream> stream_;
 };
 
 std::unique_ptr<Iterator> StreamSourceNode::MakeIterator(const IteratorContext& ctx) const {

@@ -1,4 +1,4 @@
-#include "stoker/format/dataset.h"
+#include "stoker/format/sharded_dataset.h"
 
 #include <algorithm>
 #include <map>
@@ -87,9 +87,9 @@ io::ReaderOptions ReaderOptionsFor(io::ObjectStore& store, const DatasetOptions&
 
 }  // namespace
 
-Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
-                 std::vector<std::string> shard_keys, Manifest manifest, SampleDirectory directory,
-                 DatasetOptions options)
+ShardedDataset::ShardedDataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
+                               std::vector<std::string> shard_keys, Manifest manifest,
+                               SampleDirectory directory, DatasetOptions options)
     : base_url_(std::move(base_url)),
       store_(store),
       shard_keys_(std::move(shard_keys)),
@@ -99,19 +99,18 @@ Dataset::Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
       report_(std::make_shared<CorruptionReport>()),
       reader_(std::make_shared<io::RangedReader>(store, ReaderOptionsFor(*store, options))) {}
 
-Dataset::~Dataset() = default;
+ShardedDataset::~ShardedDataset() = default;
 
-std::string Dataset::ShardUrl(size_t shard) const { return store_->Url(shard_keys_[shard]); }
+std::string ShardedDataset::ShardUrl(size_t shard) const { return store_->Url(shard_keys_[shard]); }
 
-absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::string_view url,
-                                                       DatasetOptions options) {
+absl::StatusOr<std::shared_ptr<ShardedDataset>> ShardedDataset::Open(std::string_view url,
+                                                                     DatasetOptions options) {
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
   return Open(std::move(target.store), target.key, options);
 }
 
-absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::shared_ptr<io::ObjectStore> store,
-                                                       std::string_view key,
-                                                       DatasetOptions options) {
+absl::StatusOr<std::shared_ptr<ShardedDataset>> ShardedDataset::Open(
+    std::shared_ptr<io::ObjectStore> store, std::string_view key, DatasetOptions options) {
   io::StoreAndKey target{store, std::string(key)};
   std::string url = store->Url(key);
   std::string prefix;
@@ -179,11 +178,11 @@ absl::StatusOr<std::shared_ptr<Dataset>> Dataset::Open(std::shared_ptr<io::Objec
     indexes[s].index = Buffer();
   }
   std::string base_url = store->Url(prefix);
-  return std::make_shared<Dataset>(std::move(base_url), std::move(store), std::move(keys),
-                                   std::move(manifest), std::move(builder).Build(), options);
+  return std::make_shared<ShardedDataset>(std::move(base_url), std::move(store), std::move(keys),
+                                          std::move(manifest), std::move(builder).Build(), options);
 }
 
-void Dataset::ReadSamplesAsync(
+void ShardedDataset::ReadSamplesAsync(
     std::vector<uint64_t> indices,
     absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const {
   for (uint64_t index : indices) {
@@ -285,7 +284,8 @@ void Dataset::ReadSamplesAsync(
   }
 }
 
-absl::StatusOr<std::vector<Sample>> Dataset::ReadSamples(std::span<const uint64_t> indices) const {
+absl::StatusOr<std::vector<Sample>> ShardedDataset::ReadSamples(
+    std::span<const uint64_t> indices) const {
   absl::Notification notification;
   absl::StatusOr<std::vector<Sample>> out;
   ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()),
@@ -297,7 +297,7 @@ absl::StatusOr<std::vector<Sample>> Dataset::ReadSamples(std::span<const uint64_
   return out;
 }
 
-absl::StatusOr<Sample> Dataset::ReadSample(uint64_t index) const {
+absl::StatusOr<Sample> ShardedDataset::ReadSample(uint64_t index) const {
   uint64_t indices[] = {index};
   ASSIGN_OR_RETURN(std::vector<Sample> samples, ReadSamples(indices));
   if (samples.empty()) {

@@ -8,7 +8,7 @@
 
 #include "stoker/core/strings.h"
 #include "stoker/format/convert.h"
-#include "stoker/format/dataset.h"
+#include "stoker/format/sharded_dataset.h"
 #include "stoker/testing/s3_server.h"
 
 namespace stoker::format {
@@ -37,9 +37,9 @@ TEST_F(S3DatasetTest, ConvertedLocallyAndToS3ReadsIdentically) {
   ASSERT_TRUE(remote.ok()) << remote.status();
   EXPECT_EQ(local->manifest, remote->manifest);
 
-  auto a = Dataset::Open(dir + "/out");
+  auto a = ShardedDataset::Open(dir + "/out");
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = Dataset::Open("s3://format-test/datasets/pets/");
+  auto b = ShardedDataset::Open("s3://format-test/datasets/pets/");
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ((*a)->size(), 80u);
   ASSERT_EQ((*b)->size(), 80u);

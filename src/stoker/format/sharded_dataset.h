@@ -4,8 +4,8 @@
 // API for the pipeline (src/stoker/data/)
 //
 //   By sample index (converted datasets: a prefix with manifest.json and shards):
-//     ASSIGN_OR_RETURN(std::shared_ptr<format::Dataset> ds,
-//                      format::Dataset::Open("s3://bucket/train/", {.on_corrupt =
+//     ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
+//                      format::ShardedDataset::Open("s3://bucket/train/", {.on_corrupt =
 //                      OnCorrupt::kSkip}));
 //     uint64_t n = ds->size();                  // number of samples
 //     std::string_view k = ds->key(i);          // key of sample i, 0 <= i < n (no I/O)
@@ -23,12 +23,13 @@
 //     "s3://b/b.tar"}); while (true) { ASSIGN_OR_RETURN(std::optional<Sample> x, s->Next()); if
 //     (!x) break; ... }
 //
-//   Dataset::Open accepts a dataset prefix ("dir/", "s3://b/p"), its manifest.json URL, or a single
-//   shard URL (*.stk), which is read as a one-shard dataset.
+//   ShardedDataset::Open accepts a dataset prefix ("dir/", "s3://b/p"), its manifest.json URL, or a
+//   single shard URL (*.stk), which is read as a one-shard dataset.
 // ---------------------------------------------------------------------------------------------
 //
-// Thread safety: a Dataset is immutable after Open and every method is thread-safe. Destroying a
-// Dataset waits for its reads in flight; do not drop the last reference inside a `done` callback.
+// Thread safety: a ShardedDataset is immutable after Open and every method is thread-safe.
+// Destroying a ShardedDataset waits for its reads in flight; do not drop the last reference inside
+// a `done` callback.
 #pragma once
 
 #include <cstdint>
@@ -61,18 +62,17 @@ struct DatasetOptions {
   std::optional<io::ReaderOptions> reader;
 };
 
-class Dataset {
+class ShardedDataset {
  public:
   // Loads the manifest and every shard's index footer (concurrently) and checks that they agree.
   // Errors name the URL at fault: NotFound (no manifest / shard), DataLoss (bad footer or index),
   // FailedPrecondition (manifest disagrees with a shard; re-run `stoker convert`).
-  static absl::StatusOr<std::shared_ptr<Dataset>> Open(std::string_view url,
-                                                       DatasetOptions options = {});
+  static absl::StatusOr<std::shared_ptr<ShardedDataset>> Open(std::string_view url,
+                                                              DatasetOptions options = {});
   // The same over a given store (e.g. a test double or a caching wrapper): `key` names the dataset
   // prefix, its manifest.json or a single shard, as the URL does above.
-  static absl::StatusOr<std::shared_ptr<Dataset>> Open(std::shared_ptr<io::ObjectStore> store,
-                                                       std::string_view key,
-                                                       DatasetOptions options = {});
+  static absl::StatusOr<std::shared_ptr<ShardedDataset>> Open(
+      std::shared_ptr<io::ObjectStore> store, std::string_view key, DatasetOptions options = {});
 
   uint64_t size() const { return directory_.size(); }
   std::string_view key(uint64_t index) const { return directory_.key(index); }
@@ -98,10 +98,10 @@ class Dataset {
   // What kSkip left out so far.
   const CorruptionReport& corruption_report() const { return *report_; }
 
-  Dataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
-          std::vector<std::string> shard_keys, Manifest manifest, SampleDirectory directory,
-          DatasetOptions options);
-  ~Dataset();
+  ShardedDataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
+                 std::vector<std::string> shard_keys, Manifest manifest, SampleDirectory directory,
+                 DatasetOptions options);
+  ~ShardedDataset();
 
  private:
   std::string base_url_;

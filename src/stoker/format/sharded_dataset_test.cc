@@ -1,4 +1,4 @@
-#include "stoker/format/dataset.h"
+#include "stoker/format/sharded_dataset.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -83,7 +83,7 @@ TEST(DatasetTest, RandomAccessAndBatchesAreByteExact) {
   EXPECT_EQ(manifest->total_samples, 500u);
   EXPECT_EQ(manifest->fields, (std::vector<std::string>{"cls", "jpg"}));
 
-  auto ds = Dataset::Open("mem://ds1/train/");
+  auto ds = ShardedDataset::Open("mem://ds1/train/");
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ((*ds)->size(), 500u);
   EXPECT_EQ((*ds)->directory().shard_count(), manifest->shards.size());
@@ -121,7 +121,7 @@ TEST(DatasetTest, RandomAccessAndBatchesAreByteExact) {
 TEST(DatasetTest, CompressedDatasetReadsBack) {
   auto manifest = WriteDataset("mem://ds2/z", 100, 32 << 10, /*zstd_level=*/3);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
-  auto ds = Dataset::Open("mem://ds2/z/manifest.json");
+  auto ds = ShardedDataset::Open("mem://ds2/z/manifest.json");
   ASSERT_TRUE(ds.ok()) << ds.status();
   std::vector<uint64_t> all(100);
   for (uint64_t i = 0; i < 100; ++i) all[i] = 99 - i;
@@ -132,7 +132,7 @@ TEST(DatasetTest, CompressedDatasetReadsBack) {
 
 TEST(DatasetTest, OpensASingleShardAndStreamsIt) {
   ASSERT_TRUE(WriteDataset("mem://ds3/d", 40, 1 << 30).ok());
-  auto ds = Dataset::Open("mem://ds3/d/shard-00000.stk");
+  auto ds = ShardedDataset::Open("mem://ds3/d/shard-00000.stk");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->size(), 40u);
   EXPECT_EQ((*ds)->ReadSample(39)->fields, MakeSample(39).fields);
@@ -144,7 +144,7 @@ TEST(DatasetTest, OpensASingleShardAndStreamsIt) {
 TEST(DatasetTest, FlippedByteIsDataLossWithUrlOffsetAndKeyOrSkipped) {
   TempDir dir;
   ASSERT_TRUE(WriteDataset(dir.path(), 30, 1 << 30).ok());
-  auto ds = Dataset::Open(dir.path());
+  auto ds = ShardedDataset::Open(dir.path());
   ASSERT_TRUE(ds.ok()) << ds.status();
   SampleLocation loc = (*ds)->directory().location(12);
   std::string shard = dir.path() + "/shard-00000.stk";
@@ -161,7 +161,7 @@ TEST(DatasetTest, FlippedByteIsDataLossWithUrlOffsetAndKeyOrSkipped) {
   ASSERT_FALSE(verify.ok());
   EXPECT_THAT(verify.status().message(), HasSubstr(StrCat("offset ", loc.offset)));
 
-  auto skipping = Dataset::Open(dir.path(), {.on_corrupt = OnCorrupt::kSkip});
+  auto skipping = ShardedDataset::Open(dir.path(), {.on_corrupt = OnCorrupt::kSkip});
   ASSERT_TRUE(skipping.ok());
   batch = (*skipping)->ReadSamples({11, 12, 13});
   ASSERT_TRUE(batch.ok()) << batch.status();
@@ -206,21 +206,21 @@ TEST(DatasetTest, BadShardsAndManifestsFailAtOpen) {
   wrong.shards[1].samples += 1;
   wrong.total_samples += 1;
   std::ofstream(manifest, std::ios::trunc) << SerializeManifest(wrong);
-  auto ds = Dataset::Open(dir.path());
+  auto ds = ShardedDataset::Open(dir.path());
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(ds.status().message(), HasSubstr(shard));
   std::ofstream(manifest, std::ios::trunc) << original;
-  ASSERT_TRUE(Dataset::Open(dir.path()).ok());
+  ASSERT_TRUE(ShardedDataset::Open(dir.path()).ok());
 
   // A truncated shard.
   std::filesystem::resize_file(shard, size - 10);
-  ds = Dataset::Open(dir.path());
+  ds = ShardedDataset::Open(dir.path());
   EXPECT_FALSE(ds.ok());
   EXPECT_THAT(ds.status().message(), HasSubstr(shard));
   EXPECT_THAT(ds.status().message(), HasSubstr("truncated"));
 
   // Not a dataset at all.
-  ds = Dataset::Open(dir.path() + "/nothing-here");
+  ds = ShardedDataset::Open(dir.path() + "/nothing-here");
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(ds.status().message(), HasSubstr("stoker convert"));
 }
@@ -231,7 +231,7 @@ TEST(DatasetTest, WrongMagicOrVersionFailsUpFront) {
   std::string shard = dir.path() + "/shard-00000.stk";
   uint64_t size = std::filesystem::file_size(shard);
   FlipByte(shard, size - 3);  // footer magic
-  auto ds = Dataset::Open(dir.path());
+  auto ds = ShardedDataset::Open(dir.path());
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(ds.status().message(), HasSubstr("footer"));
   FlipByte(shard, size - 3);
@@ -262,7 +262,7 @@ TEST(DatasetTest, BatchedReadsCoalesceNeighbours) {
   }
   DatasetOptions options;
   options.reader = io::ReaderOptions();  // S3 limits: holes up to 2.7 MB are read through
-  auto ds = Dataset::Open(counting, "", options);
+  auto ds = ShardedDataset::Open(counting, "", options);
   ASSERT_TRUE(ds.ok()) << ds.status();
   uint64_t first_shard_end = (*ds)->directory().shard_start(1);
   std::vector<uint64_t> batch;
@@ -302,7 +302,7 @@ TEST(DatasetTest, DirectoryMemoryForOneMillionSamples) {
     ASSERT_TRUE((*writer)->Add(s).ok());
   }
   ASSERT_TRUE((*writer)->Close().ok());
-  auto ds = Dataset::Open("mem://dsmem/big");
+  auto ds = ShardedDataset::Open("mem://dsmem/big");
   ASSERT_TRUE(ds.ok()) << ds.status();
   ASSERT_EQ((*ds)->size(), kSamples);
   uint64_t bytes = (*ds)->directory().MemoryBytes();
