@@ -1,4 +1,4 @@
-"""Issue 3's benchmark: random-order minibatches of 256 samples of ~100 KiB.
+"""Random-order minibatches of 256 samples of ~100 KiB.
 
 The same 3,000 random 100 KiB samples exist three ways: as original files (a folder tree), as
 stoker shards on local disk, and as stoker shards plus the original files on the Swift S3 server.
@@ -98,7 +98,7 @@ def run(ctx):
     by_name = {m.name: m for m in rows}
     s3_batched = by_name["S3: stoker batched reads"]
     lines = [
-        "# Shards and batched reads (issue 3)",
+        "# Shards and batched reads",
         "",
         lib.machine_line(),
         f"{SAMPLES} samples of {SAMPLE_BYTES >> 10} KiB (random bytes); each run reads {BATCHES} "

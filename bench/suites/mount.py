@@ -1,4 +1,4 @@
-"""Issue 7: `stoker mount` vs s3fs vs `rclone mount`, on the same Swift S3 server and objects.
+"""`stoker mount` vs s3fs vs `rclone mount`, on the same Swift S3 server and objects.
 
 Workloads: one 256 MiB object read sequentially (8 MiB reads); 2,000 x 100 KiB files read whole by
 8 reader threads; `ls -l` of those 2,000 files (listdir + stat of each).
@@ -177,7 +177,7 @@ def run(ctx):
                     results.setdefault((mode, wl_name), []).append(m)
 
     lines = [
-        "# stoker mount vs s3fs vs rclone mount (issue 7)",
+        "# stoker mount vs s3fs vs rclone mount",
         "",
         lib.machine_line() + " Load average (1, 5, 15 min) at the end: "
         + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".",

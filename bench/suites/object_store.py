@@ -1,4 +1,4 @@
-"""P1 and P2 (issue 2): the object-store layer against its peers on the same servers and objects.
+"""P1 and P2: the object-store layer against its peers on the same servers and objects.
 
 P1: one 256 MiB object read whole: `stoker cat` vs one curl vs 16 parallel ranged curls vs an s3fs
     mount + cat, all against the Swift S3 server; plus nginx (raw HTTP) as the ceiling.
@@ -188,7 +188,7 @@ def run(ctx):
 
     s3_stoker, s3_curl1, s3_par, s3fs_m = p1[0], p1[1], p1[2], p1[3]
     lines = [
-        "# Object-store layer: P1 and P2 (issue 2)",
+        "# Object-store layer: P1 and P2",
         "",
         lib.machine_line(),
         f"Medians of {repeat} runs after one warm-up run each; server CPU is the S3 server's (Swift "

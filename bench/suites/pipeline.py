@@ -1,4 +1,4 @@
-"""P3 (issue 4): the image pipeline vs PyTorch DataLoader + torchvision, and the decode ceiling.
+"""P3: the image pipeline vs PyTorch DataLoader + torchvision, and the decode ceiling.
 
 The measurement is bench/tools/p3_bench.py (which also runs the DataLoader
 side); this suite runs it as part of `make bench` and writes bench/results/p3.md.

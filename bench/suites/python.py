@@ -1,4 +1,4 @@
-"""Issue 6's benchmark: the cost of the Python iterator.
+"""The cost of the Python iterator.
 
 One JPEG dataset (make_test_images, converted to local shards) and one image pipeline (decode,
 random_resized_crop 64, flip, normalize, batch 64, prefetch). Rows, in batches/s:
@@ -59,7 +59,7 @@ def run(ctx):
         py.append(py_rate())
         lib.log(f"C++ {cpp[-1]:.1f} batches/s, Python {py[-1]:.1f} batches/s")
     c, p = statistics.median(cpp), statistics.median(py)
-    text = (f"# Python iterator vs C++ (issue 6)\n\n{lib.machine_line()}\n\n"
+    text = (f"# Python iterator vs C++\n\n{lib.machine_line()}\n\n"
             f"{CLASSES * PER_CLASS} JPEGs 160x120, decode + random_resized_crop 64 + flip + "
             f"normalize CHW + batch {BATCH} + prefetch, {threads} threads, {EPOCHS} epochs per run, "
             f"median of {len(cpp)} interleaved runs.\n\n"

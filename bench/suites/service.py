@@ -1,4 +1,4 @@
-"""The service (issue 5), all as real processes on 127.0.0.1:
+"""The service, all as real processes on 127.0.0.1:
 
 P4  the same pipeline in-process (`stoker run`) vs through one local worker (`stoker dispatcher` +
     `stoker worker` + `stoker consume`): throughput ratio for 1 MiB elements (goal >= 0.85) and
@@ -416,7 +416,7 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
     mib, kib, jpeg = p4_rows
     ratio_e2e, ratio_steady = mib["ratio_mb_e2e"], mib["ratio_mb_steady"]
     lines = [
-        "# The service: P4, P5 and dispatcher capacity (issue 5)",
+        "# The service: P4, P5 and dispatcher capacity",
         "",
         lib.machine_line(),
         f"Load average {load_before:.1f} before the suite, {load_after:.1f} after (other sessions "

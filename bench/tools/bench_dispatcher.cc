@@ -1,5 +1,5 @@
-// stoker-bench-dispatcher: how many splits per second one dispatcher hands out (issue 5,
-// "dispatcher capacity"). Used by bench/suites/service.py.
+// stoker-bench-dispatcher: how many splits per second one dispatcher hands out
+// (dispatcher capacity, docs/protocol.md). Used by bench/suites/service.py.
 //
 // It starts an in-process stoker::service::Dispatcher on a free port, creates one dynamic job with
 // a practically endless sample count, registers --clients fake workers with WorkerHeartbeat, then

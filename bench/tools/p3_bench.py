@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""P3 (issue 4): JPEG decode + random_resized_crop 224 + flip + normalize, batch 256, from local
+"""P3: JPEG decode + random_resized_crop 224 + flip + normalize, batch 256, from local
 disk: stoker vs PyTorch DataLoader + torchvision, both on 2 cores, same files, one run; plus the
 TurboJPEG decode-only ceiling per core. Prints a Markdown table (and writes it to --out).
 

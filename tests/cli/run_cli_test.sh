@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of `stoker run` (separate processes, as a user runs it): a generated JPEG folder
-# converted to shards; the ARCHITECTURE §7 example spec; --print-keys shows each key exactly once
+# converted to shards; the README's example spec; --print-keys shows each key exactly once
 # per epoch; the same seed gives the same order at 1 and 2 threads; --checkpoint / --resume in a new
 # process deliver exactly the rest of the epoch; a WebDataset tar stream; a bad spec's error.
 # Usage: run_cli_test.sh STOKER MAKE_TEST_IMAGES

@@ -1,5 +1,5 @@
-// Error handling helpers over absl::Status (ARCHITECTURE.md §4.1). No exceptions cross module
-// boundaries; a message says what failed, where, and where possible what to do.
+// Error handling helpers over absl::Status (docs/architecture.md, "Errors"). No exceptions cross
+// module boundaries; a message says what failed, where, and where possible what to do.
 #pragma once
 
 #include "absl/status/status.h"

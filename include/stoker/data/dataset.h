@@ -1,4 +1,4 @@
-// The dataset graph and its iterators (ARCHITECTURE.md §4.6).
+// The dataset graph and its iterators (docs/pipeline.md, "Execution" and "Checkpoints").
 //
 // A DatasetNode is an immutable node of the graph built from a spec (see pipeline.h); it makes
 // Iterators, which are stateful. GetNext returns the next element, nullopt at the end of the

@@ -1,5 +1,5 @@
-// Pipeline: a validated, fingerprinted dataset graph built from a JSON spec (ARCHITECTURE.md §7,
-// docs/pipeline.md), and PipelineIterator, which runs it and checkpoints it.
+// Pipeline: a validated, fingerprinted dataset graph built from a JSON spec (docs/pipeline.md),
+// and PipelineIterator, which runs it and checkpoints it.
 //
 //   ASSIGN_OR_RETURN(auto pipeline, Pipeline::FromFile("spec.json"));
 //   auto it = pipeline->MakeIterator(/*epoch=*/0);

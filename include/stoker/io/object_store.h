@@ -1,5 +1,6 @@
-// The object-store layer's one interface (ARCHITECTURE.md §2, io/). Every byte stoker reads or
-// writes goes through an ObjectStore: S3 (s3://), HTTP(S) (read-only), local files and memory.
+// The object-store layer's one interface (docs/io.md; the layers: docs/architecture.md). Every
+// byte stoker reads or writes goes through an ObjectStore: S3 (s3://), HTTP(S) (read-only), local
+// files and memory.
 //
 // Keys are relative to the store's root: an S3 store is one bucket, a local store is "/", an HTTP
 // store is one scheme://host:port. Url(key) turns a key back into the URL users wrote, for

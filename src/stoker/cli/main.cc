@@ -1,4 +1,4 @@
-// The `stoker` command (ARCHITECTURE.md §7).
+// The `stoker` command (README.md, "The command line"; docs/architecture.md).
 #include <cstdio>
 
 #include "absl/synchronization/mutex.h"

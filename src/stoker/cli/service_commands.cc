@@ -1,5 +1,5 @@
 // stoker dispatcher / worker / consume / demo: the disaggregated service from the shell
-// (ARCHITECTURE.md §7, docs/protocol.md).
+// (docs/protocol.md).
 #include <signal.h>
 #include <unistd.h>
 

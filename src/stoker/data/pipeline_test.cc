@@ -76,7 +76,7 @@ TEST(Spec, ErrorsNameThePathTypeAndAllowedValues) {
 }
 
 TEST(Spec, ExampleSpecFromArchitectureParses) {
-  // ARCHITECTURE.md §7, with an in-memory source instead of S3.
+  // The README's example spec, with an in-memory source instead of S3.
   RegisterMemoryDataset("arch-example", {});
   json spec = json::parse(R"({
     "source": {"memory": "arch-example"},

@@ -1,5 +1,5 @@
 // Malformed and hostile RPCs against a real Dispatcher and a real Worker, in-process but over real
-// gRPC on loopback (issue 5: "no process crashes on a malformed RPC"). Every call carries a
+// gRPC on loopback (no process may crash on a malformed RPC). Every call carries a
 // deadline and must end with a gRPC error or a sane reply; afterwards both keep serving: a normal
 // job still delivers every sample exactly once (and the dispatcher restarts from its journal).
 // The other direction too: a "worker" that answers clients with garbage or hostile elements must

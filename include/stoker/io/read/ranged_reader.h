@@ -1,4 +1,4 @@
-// RangedReader: the read planner's executor (ARCHITECTURE.md §4.3). It turns a batch of byte
+// RangedReader: the read planner's executor (docs/reads.md). It turns a batch of byte
 // ranges of one object into few, large, concurrent ObjectStore::ReadAsync requests:
 //   - nearby small ranges are coalesced into one request (max_hole, max_coalesced),
 //   - large ranges are split into parts of part_size fetched concurrently,

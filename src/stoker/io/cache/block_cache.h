@@ -1,6 +1,6 @@
-// BlockCache: the process's cache of object bytes (ARCHITECTURE.md §4.4), in fixed-size blocks
-// keyed by (object URL, ETag, block index). Because the ETag is part of the key, a changed object
-// (new ETag) never hits the old version's blocks.
+// BlockCache: the process's cache of object bytes (docs/reads.md, "The block cache"), in fixed-size
+// blocks keyed by (object URL, ETag, block index). Because the ETag is part of the key, a changed
+// object (new ETag) never hits the old version's blocks.
 //
 //   RAM   byte-budgeted LRU. Blocks are handed out as Handles; a block held by a Handle is pinned:
 //         it stays in the cache (and counts against the budget) until released, so the budget

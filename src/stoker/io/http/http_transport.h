@@ -2,7 +2,7 @@
 // keep-alive connection pool and an admission limit on requests in flight.
 //
 // The process-wide instance (Default()) is shared by every network store, so its limit (default
-// 16, env STOKER_MAX_REQUESTS) is the process-wide admission limit of ARCHITECTURE.md §4.3:
+// 16, env STOKER_MAX_REQUESTS) is the process-wide admission limit (docs/reads.md):
 // requests beyond it wait in a FIFO queue. Completion callbacks run on the transport thread and
 // must be quick (hand heavy work to another thread).
 //

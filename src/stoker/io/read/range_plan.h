@@ -1,4 +1,4 @@
-// The read planner's pure parts (ARCHITECTURE.md §4.3): how byte ranges become store requests.
+// The read planner's pure parts (docs/reads.md): how byte ranges become store requests.
 // Everything here is deterministic and free of I/O; RangedReader and CachedStore execute the plans.
 // See docs/reads.md for the numbers and why.
 #pragma once

@@ -1,4 +1,4 @@
-// S3 client settings and credentials from the standard AWS environment (ARCHITECTURE.md §4.2, §7).
+// S3 client settings and credentials from the standard AWS environment (docs/s3.md).
 //
 // Lookup order (the first that yields something wins):
 //   endpoint     AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL; otherwise
