@@ -3,8 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace stoker::cli {
 
@@ -20,5 +23,9 @@ void RegisterMountCommands(CLI::App& app, absl::Status* result);
 // the CPU of a 1 MiB-element transfer through the service). Keep them on the heap instead; only
 // allocations of 4 MiB and more (batches, which get huge pages) are mapped on their own.
 void KeepDataPathAllocationsOnHeap();
+
+// The value of a byte-size flag ("256M", "4g", "1073741824": core/byte_size.h); errors name the
+// flag. Zero is refused (every size flag is a budget or a limit).
+absl::StatusOr<uint64_t> ParseByteSizeFlag(std::string_view flag, std::string_view text);
 
 }  // namespace stoker::cli

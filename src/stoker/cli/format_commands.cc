@@ -47,31 +47,6 @@ std::string HumanDuration(double seconds) {
   return out;
 }
 
-// Parses "268435456", "256M", "256MiB", "1G", "64k" into bytes.
-absl::StatusOr<uint64_t> ParseBytes(std::string text) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 15) {
-    return absl::InvalidArgumentError(StrCat("--shard-size: '", text, "' is not a size in bytes"));
-  }
-  uint64_t value = std::stoull(text.substr(0, digits));
-  std::string unit = text.substr(digits);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  uint64_t scale = 1;
-  if (unit.empty() || unit == "b") {
-  } else if (unit == "k" || unit == "kb" || unit == "kib") {
-    scale = uint64_t{1} << 10;
-  } else if (unit == "m" || unit == "mb" || unit == "mib") {
-    scale = uint64_t{1} << 20;
-  } else if (unit == "g" || unit == "gb" || unit == "gib") {
-    scale = uint64_t{1} << 30;
-  } else {
-    return absl::InvalidArgumentError(StrCat("--shard-size: unknown unit in '", text, "'"));
-  }
-  if (value == 0) return absl::InvalidArgumentError("--shard-size must be positive");
-  return value * scale;
-}
-
 // Prints progress of `progress` until stopped: a redrawn bar with rate and ETA on a terminal,
 // a plain line every few seconds otherwise. Runs on its own thread.
 class ProgressPrinter {
@@ -131,7 +106,7 @@ struct ConvertArgs {
 };
 
 absl::Status Convert(const ConvertArgs& args) {
-  ASSIGN_OR_RETURN(uint64_t shard_bytes, ParseBytes(args.shard_size));
+  ASSIGN_OR_RETURN(uint64_t shard_bytes, ParseByteSizeFlag("--shard-size", args.shard_size));
   format::ConvertProgress progress;
   format::ConvertOptions options;
   options.shard_bytes = shard_bytes;

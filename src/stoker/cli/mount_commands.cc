@@ -1,5 +1,4 @@
 // stoker mount: a read-only POSIX view of a bucket, prefix, HTTP listing or local folder.
-#include <cctype>
 #include <string>
 
 #include "stoker/cli/commands.h"
@@ -10,36 +9,11 @@
 namespace stoker::cli {
 namespace {
 
-// Parses "1073741824", "512M", "512MiB", "2G", "64k" into bytes; `flag` names the option.
-absl::StatusOr<uint64_t> ParseSize(const std::string& flag, const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 15) {
-    return absl::InvalidArgumentError(StrCat(flag, ": '", text, "' is not a size in bytes"));
-  }
-  uint64_t value = std::stoull(text.substr(0, digits));
-  std::string unit = text.substr(digits);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (unit.empty() || unit == "b") {
-  } else if (unit == "k" || unit == "kb" || unit == "kib") {
-    shift = 10;
-  } else if (unit == "m" || unit == "mb" || unit == "mib") {
-    shift = 20;
-  } else if (unit == "g" || unit == "gb" || unit == "gib") {
-    shift = 30;
-  } else {
-    return absl::InvalidArgumentError(
-        StrCat(flag, ": unknown unit in '", text, "' (use K, M or G)"));
-  }
-  if (value == 0) return absl::InvalidArgumentError(StrCat(flag, " must be positive"));
-  return value << shift;
-}
-
 absl::Status Mount(fuse::MountOptions options, const std::string& cache_size,
                    const std::string& disk_cache_size) {
-  ASSIGN_OR_RETURN(options.cache_bytes, ParseSize("--cache-size", cache_size));
-  ASSIGN_OR_RETURN(options.disk_cache_bytes, ParseSize("--disk-cache-size", disk_cache_size));
+  ASSIGN_OR_RETURN(options.cache_bytes, ParseByteSizeFlag("--cache-size", cache_size));
+  ASSIGN_OR_RETURN(options.disk_cache_bytes,
+                   ParseByteSizeFlag("--disk-cache-size", disk_cache_size));
   return fuse::RunMount(options);
 }
 

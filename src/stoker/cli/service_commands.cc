@@ -74,7 +74,7 @@ struct WorkerCliOptions {
   int http_port = 0;
   std::string host = "127.0.0.1";
   int heartbeat_ms = 500;
-  int64_t buffer_bytes = int64_t{256} << 20;
+  std::string buffer_bytes = "256MiB";
   int threads = 0;
   int drain_timeout_ms = 10000;
 };
@@ -87,7 +87,11 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.port = o.port;
   options.host = o.host;
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
-  options.buffer_bytes = o.buffer_bytes;
+  ASSIGN_OR_RETURN(uint64_t buffer_bytes, ParseByteSizeFlag("--buffer-bytes", o.buffer_bytes));
+  if (buffer_bytes > uint64_t{INT64_MAX}) {
+    return absl::InvalidArgumentError(StrCat("--buffer-bytes: ", o.buffer_bytes, " is too large"));
+  }
+  options.buffer_bytes = static_cast<int64_t>(buffer_bytes);
   options.threads = o.threads;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
@@ -335,7 +339,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--host", worker_options.host, "host name clients reach this worker at");
   w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
-                "ready elements kept per job, in bytes (default 256 MiB)");
+                "ready elements kept per job, in bytes; K, M, G suffixes (default 256M)");
   w->add_option("--threads", worker_options.threads, "pipeline threads (default: the spec's)");
   w->add_option("--drain-timeout-ms", worker_options.drain_timeout_ms,
                 "on SIGTERM/SIGINT: finish the current splits and wait this long for clients to "

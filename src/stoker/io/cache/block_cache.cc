@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "stoker/core/byte_size.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/cache/disk_tier.h"
@@ -258,33 +259,11 @@ BlockCacheStats BlockCache::stats() const {
   return stats;
 }
 
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
-  uint64_t value = 0;
-  size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    if (value > (~uint64_t{0} - 9) / 10) break;
-    value = value * 10 + static_cast<uint64_t>(text[i] - '0');
-  }
-  std::string_view suffix = text.substr(i);
-  int shift = -1;
-  if (suffix.empty() || suffix == "B") shift = 0;
-  if (suffix == "K" || suffix == "KiB") shift = 10;
-  if (suffix == "M" || suffix == "MiB") shift = 20;
-  if (suffix == "G" || suffix == "GiB") shift = 30;
-  if (suffix == "T" || suffix == "TiB") shift = 40;
-  if (i == 0 || shift < 0 || (shift > 0 && value > (~uint64_t{0} >> shift))) {
-    return absl::InvalidArgumentError(StrCat("bad byte size '", text,
-                                             "': expected a number with an optional K, M, G "
-                                             "or T suffix (binary multiples), e.g. 512M"));
-  }
-  return value << shift;
-}
-
 namespace {
 uint64_t ByteSizeFromEnv(const char* name, uint64_t fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
-  auto parsed = ParseByteSize(text);
+  auto parsed = stoker::ParseByteSize(text);
   if (!parsed.ok()) {
     spdlog::warn("{}: {}; using {} bytes", name, ToStd(parsed.status().message()), fallback);
     return fallback;

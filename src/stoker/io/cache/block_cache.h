@@ -159,12 +159,10 @@ class BlockCache {
 };
 
 // The process-wide cache shared by the CLI, the mount and every CachedStore that does not bring
-// its own. Created on first use: RAM budget from STOKER_CACHE_BYTES (bytes, or with a K/M/G
-// suffix; default 1 GiB); a disk tier when STOKER_CACHE_DIR is set, with STOKER_CACHE_DISK_BYTES
-// (default 10 GiB). A bad setting is logged and the default used. Thread-safe.
+// its own. Created on first use: RAM budget from STOKER_CACHE_BYTES (a byte size as
+// core/byte_size.h reads it, e.g. 4g; default 1 GiB); a disk tier when STOKER_CACHE_DIR is set,
+// with STOKER_CACHE_DISK_BYTES (default 10 GiB). A bad setting is logged and the default used.
+// Thread-safe.
 std::shared_ptr<BlockCache> DefaultBlockCache();
-
-// Parses "123", "64K", "512M", "2G" (binary multiples); nullopt-like error on anything else.
-absl::StatusOr<uint64_t> ParseByteSize(std::string_view text);
 
 }  // namespace stoker::io
