@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "stoker/cli/commands.h"
+#include "stoker/core/fd_io.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/read/ranged_reader.h"
@@ -17,14 +18,8 @@ namespace stoker::cli {
 namespace {
 
 absl::Status WriteAll(int fd, const Buffer& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(StrCat("cannot write to standard output: ", strerror(errno)));
-    }
-    done += static_cast<size_t>(n);
+  if (int error = stoker::WriteAll(fd, data.view()); error != 0) {
+    return absl::UnavailableError(StrCat("cannot write to standard output: ", strerror(error)));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "stoker/core/fd_io.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -272,15 +273,6 @@ absl::Status Serve(Mounted& m, const MountOptions& o) {
   return absl::OkStatus();
 }
 
-void WriteAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 }  // namespace
 
 absl::Status RunMount(const MountOptions& options) {
@@ -297,13 +289,7 @@ absl::Status RunMount(const MountOptions& options) {
   if (pid > 0) {
     ::close(pipe_fds[1]);
     std::string report;
-    char chunk[4096];
-    ssize_t n;
-    while ((n = ::read(pipe_fds[0], chunk, sizeof(chunk))) != 0) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) break;
-      report.append(chunk, static_cast<size_t>(n));
-    }
+    ReadToEnd(pipe_fds[0], &report);  // a read error leaves the report short: reported below
     ::close(pipe_fds[0]);
     if (report == "ok") return absl::OkStatus();
     int wstatus = 0;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "stoker/core/fd_io.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -23,15 +24,7 @@ namespace {
 
 constexpr size_t kMaxHeadBytes = 64 << 10;
 
-bool SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
+bool SendAll(int fd, std::string_view data) { return stoker::SendAll(fd, data) == 0; }
 
 void SetNoDelay(int fd) {
   int one = 1;

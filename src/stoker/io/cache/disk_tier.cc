@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "stoker/core/fd_io.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/cache/block_cache.h"
@@ -37,25 +38,11 @@ constexpr std::string_view kSuffix = ".blk";
 std::string ErrnoText() { return std::strerror(errno); }
 
 bool ReadFully(int fd, char* out, size_t n) {
-  while (n > 0) {
-    ssize_t got = ::read(fd, out, n);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    out += got;
-    n -= static_cast<size_t>(got);
-  }
-  return true;
+  return ReadAll(fd, out, n) == static_cast<ssize_t>(n);
 }
 
 bool WriteFully(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    ssize_t put = ::write(fd, data, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    data += put;
-    n -= static_cast<size_t>(put);
-  }
-  return true;
+  return WriteAll(fd, std::string_view(data, n)) == 0;
 }
 
 }  // namespace
