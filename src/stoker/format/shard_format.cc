@@ -5,31 +5,12 @@
 #include <cstring>
 #include <set>
 
+#include "stoker/core/little_endian.h"
 #include "stoker/core/strings.h"
 #include "stoker/format/crc32c.h"
 
 namespace stoker::format::shard {
 namespace {
-
-void Put16(std::string* out, uint16_t v) {
-  char b[2] = {static_cast<char>(v), static_cast<char>(v >> 8)};
-  out->append(b, 2);
-}
-void Put32(std::string* out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  out->append(b, 4);
-}
-void Put64(std::string* out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  out->append(b, 8);
-}
-uint64_t GetLE(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 
 // Reads fixed-width fields from a byte range, remembering whether it ran out.
 class Cursor {
@@ -52,7 +33,7 @@ class Cursor {
   bool Int(int n, uint64_t* v) {
     std::string_view s;
     if (!Take(n, &s)) return false;
-    *v = GetLE(s.data(), n);
+    *v = LoadLittleEndian(s.data(), n);
     return true;
   }
   std::string_view bytes_;
@@ -77,8 +58,8 @@ absl::Status RecordError(std::string_view url, uint64_t offset, std::string_view
 
 void AppendHeader(std::string* out) {
   out->append(kHeaderMagic);
-  Put32(out, kVersion);
-  Put32(out, 0);
+  AppendLittleEndian<uint32_t>(out, kVersion);
+  AppendLittleEndian<uint32_t>(out, 0);
 }
 
 absl::Status CheckHeader(std::string_view bytes, std::string_view url) {
@@ -86,12 +67,12 @@ absl::Status CheckHeader(std::string_view bytes, std::string_view url) {
   if (bytes.substr(0, 8) != kHeaderMagic) {
     return ShardError(url, "not a stoker shard (wrong magic at offset 0)");
   }
-  uint64_t version = GetLE(bytes.data() + 8, 4);
+  uint64_t version = LoadLittleEndian(bytes.data() + 8, 4);
   if (version != kVersion) {
     return ShardError(url, StrCat("shard format version ", version,
                                   " is not supported (this stoker reads version ", kVersion, ")"));
   }
-  if (GetLE(bytes.data() + 12, 4) != 0) return ShardError(url, "unknown header flags");
+  if (LoadLittleEndian(bytes.data() + 12, 4) != 0) return ShardError(url, "unknown header flags");
   return absl::OkStatus();
 }
 
@@ -118,12 +99,12 @@ absl::StatusOr<uint32_t> AppendRecord(const Sample& sample, int zstd_level, std:
   std::string body;
   body.push_back(0);  // flags, set below
   body.push_back(static_cast<char>(sample.fields.size()));
-  Put16(&body, static_cast<uint16_t>(sample.key.size()));
+  AppendLittleEndian<uint16_t>(&body, static_cast<uint16_t>(sample.key.size()));
   body.append(sample.key);
   for (const Field& field : sample.fields) {
     body.push_back(static_cast<char>(field.name.size()));
     body.append(field.name);
-    Put32(&body, static_cast<uint32_t>(field.value.size()));
+    AppendLittleEndian<uint32_t>(&body, static_cast<uint32_t>(field.value.size()));
   }
   size_t payload_start = body.size();
   for (const Field& field : sample.fields) body.append(field.value.view());
@@ -138,8 +119,8 @@ absl::StatusOr<uint32_t> AppendRecord(const Sample& sample, int zstd_level, std:
     }
   }
   if (body.size() > kMaxBodyLength) return invalid("larger than 1 GiB");
-  Put32(out, static_cast<uint32_t>(body.size()));
-  Put32(out, crc32c::Mask(crc32c::Value(body)));
+  AppendLittleEndian<uint32_t>(out, static_cast<uint32_t>(body.size()));
+  AppendLittleEndian<uint32_t>(out, crc32c::Mask(crc32c::Value(body)));
   out->append(body);
   return static_cast<uint32_t>(kRecordPrefixSize + body.size());
 }
@@ -218,21 +199,21 @@ absl::StatusOr<Sample> DecodeRecord(const Buffer& record, std::string_view url, 
 }
 
 void AppendIndexEntry(uint64_t offset, uint32_t length, std::string_view key, std::string* out) {
-  Put64(out, offset);
-  Put32(out, length);
-  Put16(out, static_cast<uint16_t>(key.size()));
+  AppendLittleEndian<uint64_t>(out, offset);
+  AppendLittleEndian<uint32_t>(out, length);
+  AppendLittleEndian<uint16_t>(out, static_cast<uint16_t>(key.size()));
   out->append(key);
 }
 
 void AppendFooter(const Footer& footer, std::string_view index, std::string* out) {
   std::string f;
-  Put64(&f, footer.index_offset);
-  Put64(&f, footer.index_length);
-  Put64(&f, footer.record_count);
-  Put32(&f, kVersion);
-  Put32(&f, crc32c::Mask(crc32c::Value(index)));
-  Put32(&f, crc32c::Mask(crc32c::Value(f)));
-  Put32(&f, 0);
+  AppendLittleEndian<uint64_t>(&f, footer.index_offset);
+  AppendLittleEndian<uint64_t>(&f, footer.index_length);
+  AppendLittleEndian<uint64_t>(&f, footer.record_count);
+  AppendLittleEndian<uint32_t>(&f, kVersion);
+  AppendLittleEndian<uint32_t>(&f, crc32c::Mask(crc32c::Value(index)));
+  AppendLittleEndian<uint32_t>(&f, crc32c::Mask(crc32c::Value(f)));
+  AppendLittleEndian<uint32_t>(&f, 0);
   f.append(kFooterMagic);
   out->append(f);
 }
@@ -247,20 +228,20 @@ absl::StatusOr<Footer> ParseFooter(std::string_view bytes, uint64_t object_size,
     return ShardError(url, StrCat("no shard footer at offset ", object_size - kFooterSize,
                                   " (truncated, still being written, or not a stoker shard)"));
   }
-  uint64_t version = GetLE(bytes.data() + 24, 4);
+  uint64_t version = LoadLittleEndian(bytes.data() + 24, 4);
   if (version != kVersion) {
     return ShardError(url, StrCat("shard format version ", version,
                                   " is not supported (this stoker reads version ", kVersion, ")"));
   }
-  uint32_t footer_crc = static_cast<uint32_t>(GetLE(bytes.data() + 32, 4));
+  uint32_t footer_crc = static_cast<uint32_t>(LoadLittleEndian(bytes.data() + 32, 4));
   if (crc32c::Mask(crc32c::Value(bytes.substr(0, 32))) != footer_crc) {
     return ShardError(url, StrCat("footer CRC32C mismatch at offset ", object_size - kFooterSize));
   }
   Footer footer;
-  footer.index_offset = GetLE(bytes.data(), 8);
-  footer.index_length = GetLE(bytes.data() + 8, 8);
-  footer.record_count = GetLE(bytes.data() + 16, 8);
-  footer.index_crc = static_cast<uint32_t>(GetLE(bytes.data() + 28, 4));
+  footer.index_offset = LoadLittleEndian(bytes.data(), 8);
+  footer.index_length = LoadLittleEndian(bytes.data() + 8, 8);
+  footer.record_count = LoadLittleEndian(bytes.data() + 16, 8);
+  footer.index_crc = static_cast<uint32_t>(LoadLittleEndian(bytes.data() + 28, 4));
   if (footer.index_offset < kHeaderSize || footer.index_length > object_size ||
       footer.index_offset > object_size ||
       footer.index_offset + footer.index_length + kFooterSize != object_size) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "stoker/core/little_endian.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/example.pb.h"
@@ -12,26 +13,17 @@
 namespace stoker::format::tfrecord {
 namespace {
 
-void PutLE(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t GetLE(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
 constexpr std::string_view kKeyFeature = "__key__";
 
 }  // namespace
 
 void AppendRecord(std::string_view data, std::string* out) {
   std::string header;
-  PutLE(&header, data.size(), 8);
+  AppendLittleEndian(&header, data.size(), 8);
   out->append(header);
-  PutLE(out, crc32c::Mask(crc32c::Value(header)), 4);
+  AppendLittleEndian(out, crc32c::Mask(crc32c::Value(header)), 4);
   out->append(data);
-  PutLE(out, crc32c::Mask(crc32c::Value(data)), 4);
+  AppendLittleEndian(out, crc32c::Mask(crc32c::Value(data)), 4);
 }
 
 absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view url,
@@ -39,12 +31,12 @@ absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view u
   if (header.size() != kHeaderSize) {
     return absl::DataLossError(StrCat(url, ": truncated TFRecord header at offset ", offset));
   }
-  uint32_t stored = static_cast<uint32_t>(GetLE(header.data() + 8, 4));
+  uint32_t stored = static_cast<uint32_t>(LoadLittleEndian(header.data() + 8, 4));
   if (crc32c::Mask(crc32c::Value(header.substr(0, 8))) != stored) {
     return absl::DataLossError(StrCat(url, ": TFRecord at offset ", offset,
                                       ": length CRC32C mismatch (corrupt or not a TFRecord file)"));
   }
-  uint64_t length = GetLE(header.data(), 8);
+  uint64_t length = LoadLittleEndian(header.data(), 8);
   if (length > kMaxRecordLength) {
     return absl::DataLossError(StrCat(url, ": TFRecord at offset ", offset, " claims ", length,
                                       " bytes (more than 1 GiB)"));
@@ -55,7 +47,7 @@ absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view u
 absl::Status CheckData(std::string_view data, std::string_view crc, std::string_view url,
                        uint64_t offset) {
   if (crc.size() != 4 ||
-      crc32c::Mask(crc32c::Value(data)) != static_cast<uint32_t>(GetLE(crc.data(), 4))) {
+      crc32c::Mask(crc32c::Value(data)) != static_cast<uint32_t>(LoadLittleEndian(crc.data(), 4))) {
     return absl::DataLossError(
         StrCat(url, ": TFRecord at offset ", offset, ": data CRC32C mismatch"));
   }
