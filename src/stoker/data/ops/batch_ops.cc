@@ -12,7 +12,9 @@
 namespace stoker::data {
 namespace {
 
-using namespace ops_internal;  // NOLINT(build/namespaces)
+using ops_internal::json;
+using ops_internal::ReplayIterator;
+using ops_internal::ThreadCpuNanos;
 
 // ---------------------------------------------------------------------------------------------
 // Batch and padded batch: nothing is held between calls, so the state is the input's.

@@ -13,7 +13,9 @@
 namespace stoker::data {
 namespace {
 
-using namespace ops_internal;  // NOLINT(build/namespaces)
+using ops_internal::json;
+using ops_internal::StateChild;
+using ops_internal::StateInt;
 
 // ---------------------------------------------------------------------------------------------
 // Repeat, take, skip.

@@ -10,7 +10,10 @@
 namespace stoker::data {
 namespace {
 
-using namespace ops_internal;  // NOLINT(build/namespaces)
+using ops_internal::Clock;
+using ops_internal::json;
+using ops_internal::NanosSince;
+using ops_internal::ThreadCpuNanos;
 
 // ---------------------------------------------------------------------------------------------
 // Parallel map. The consumer thread pulls input elements and schedules the fused steps on the

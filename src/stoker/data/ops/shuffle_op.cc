@@ -11,7 +11,7 @@
 namespace stoker::data {
 namespace {
 
-using namespace ops_internal;  // NOLINT(build/namespaces)
+using ops_internal::ReplayIterator;
 
 class ShuffleBufferNode : public DatasetNode {
  public:

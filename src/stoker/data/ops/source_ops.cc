@@ -11,7 +11,10 @@
 namespace stoker::data {
 namespace {
 
-using namespace ops_internal;  // NOLINT(build/namespaces)
+using ops_internal::BadState;
+using ops_internal::json;
+using ops_internal::StateInt;
+using ops_internal::ThreadCpuNanos;
 
 // ---------------------------------------------------------------------------------------------
 // Indexed source: reads the (optionally permuted) index order in chunks of kReadChunk samples, so
