@@ -78,6 +78,7 @@ struct ReadRequest {
 // extends past its end yields the bytes up to the end (like pread); one that starts past the end
 // is OutOfRange (except an empty range at exactly the end, which yields no bytes).
 using ReadCallback = absl::AnyInvocable<void(absl::StatusOr<Buffer>) &&>;
+using StatCallback = absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&>;
 
 // Streams one object. Nothing is visible under the key until Close() succeeds; a writer destroyed
 // without Close() abandons the object (partial uploads are cleaned up). Not thread-safe.
@@ -95,7 +96,9 @@ class ObjectStore {
   // The user-facing URL of `key`, e.g. "s3://bucket/key" or "/data/key".
   virtual std::string Url(std::string_view key) const = 0;
 
-  virtual absl::StatusOr<ObjectInfo> Stat(std::string_view key) = 0;
+  // Size, ETag and modification time of one object, asynchronously. `done` runs exactly once, on
+  // any thread (possibly the caller's, before StatAsync returns); it must not block for long.
+  virtual void StatAsync(std::string key, StatCallback done) = 0;
   virtual absl::StatusOr<ListResult> List(const ListOptions& options) = 0;
 
   // Reads one byte range asynchronously. `done` runs exactly once, on any thread (possibly the
@@ -108,6 +111,7 @@ class ObjectStore {
   virtual absl::Status Delete(std::string_view key) = 0;
 
   // Blocking conveniences built on the methods above.
+  absl::StatusOr<ObjectInfo> Stat(std::string_view key);
   absl::StatusOr<Buffer> Read(std::string_view key, ByteRange range = {});
   absl::Status Put(std::string_view key, Buffer data);
 };

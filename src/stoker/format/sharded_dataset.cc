@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "stoker/core/blocking.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -286,15 +287,9 @@ void ShardedDataset::ReadSamplesAsync(
 
 absl::StatusOr<std::vector<Sample>> ShardedDataset::ReadSamples(
     std::span<const uint64_t> indices) const {
-  absl::Notification notification;
-  absl::StatusOr<std::vector<Sample>> out;
-  ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()),
-                   [&](absl::StatusOr<std::vector<Sample>> result) {
-                     out = std::move(result);
-                     notification.Notify();
-                   });
-  notification.WaitForNotification();
-  return out;
+  return Await<absl::StatusOr<std::vector<Sample>>>([&](auto done) {
+    ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()), std::move(done));
+  });
 }
 
 absl::StatusOr<Sample> ShardedDataset::ReadSample(uint64_t index) const {

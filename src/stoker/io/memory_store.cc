@@ -56,11 +56,16 @@ void MemoryStore::Set(std::string_view key, Buffer data) {
   objects_[std::string(key)] = Object{std::move(data), StrCat("m", ++version_), absl::Now()};
 }
 
-absl::StatusOr<ObjectInfo> MemoryStore::Stat(std::string_view key) {
-  absl::MutexLock lock(&mu_);
-  auto it = objects_.find(key);
-  if (it == objects_.end()) return absl::NotFoundError(StrCat(Url(key), " does not exist"));
-  return ObjectInfo{it->first, it->second.data.size(), it->second.etag, it->second.mtime};
+void MemoryStore::StatAsync(std::string key, StatCallback done) {
+  absl::StatusOr<ObjectInfo> info = absl::NotFoundError(StrCat(Url(key), " does not exist"));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find(key);
+    if (it != objects_.end()) {
+      info = ObjectInfo{it->first, it->second.data.size(), it->second.etag, it->second.mtime};
+    }
+  }
+  std::move(done)(std::move(info));
 }
 
 absl::StatusOr<ListResult> MemoryStore::List(const ListOptions& options) {

@@ -1,17 +1,19 @@
 #include "stoker/io/object_store.h"
 
-#include <future>
-
+#include "stoker/core/blocking.h"
 #include "stoker/core/status.h"
 
 namespace stoker::io {
 
+absl::StatusOr<ObjectInfo> ObjectStore::Stat(std::string_view key) {
+  return Await<absl::StatusOr<ObjectInfo>>(
+      [&](StatCallback done) { StatAsync(std::string(key), std::move(done)); });
+}
+
 absl::StatusOr<Buffer> ObjectStore::Read(std::string_view key, ByteRange range) {
-  std::promise<absl::StatusOr<Buffer>> promise;
-  auto future = promise.get_future();
-  ReadAsync(ReadRequest{std::string(key), range, ""},
-            [&promise](absl::StatusOr<Buffer> result) { promise.set_value(std::move(result)); });
-  return future.get();
+  return Await<absl::StatusOr<Buffer>>([&](ReadCallback done) {
+    ReadAsync(ReadRequest{std::string(key), range, ""}, std::move(done));
+  });
 }
 
 absl::Status ObjectStore::Put(std::string_view key, Buffer data) {

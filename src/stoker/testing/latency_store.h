@@ -110,9 +110,9 @@ class LatencyStore : public io::ObjectStore {
 
   // --- ObjectStore ---
   std::string Url(std::string_view key) const override { return base_->Url(key); }
-  absl::StatusOr<io::ObjectInfo> Stat(std::string_view key) override {
+  void StatAsync(std::string key, io::StatCallback done) override {
     stats_.fetch_add(1);
-    return base_->Stat(key);
+    base_->StatAsync(std::move(key), std::move(done));
   }
   absl::StatusOr<io::ListResult> List(const io::ListOptions& options) override {
     return base_->List(options);

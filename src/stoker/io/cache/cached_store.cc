@@ -134,8 +134,8 @@ absl::StatusOr<ObjectInfo> CachedStore::StatCached(std::string_view key, bool fr
   return info;
 }
 
-absl::StatusOr<ObjectInfo> CachedStore::Stat(std::string_view key) {
-  return StatCached(key, /*fresh=*/false);
+void CachedStore::StatAsync(std::string key, StatCallback done) {
+  std::move(done)(StatCached(key, /*fresh=*/false));
 }
 
 absl::StatusOr<ListResult> CachedStore::List(const ListOptions& options) {

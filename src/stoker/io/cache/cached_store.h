@@ -46,7 +46,7 @@ class CachedStore : public ObjectStore {
               CachedStoreOptions options = {});
 
   std::string Url(std::string_view key) const override;
-  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  void StatAsync(std::string key, StatCallback done) override;  // blocks on a miss, as ReadAsync
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;

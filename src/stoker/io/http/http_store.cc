@@ -1,6 +1,5 @@
 #include "stoker/io/http/http_store.h"
 
-#include <future>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -39,8 +38,7 @@ HttpStore::HttpStore(std::string base, HttpTransport* transport, RetryPolicy ret
 
 std::string HttpStore::Url(std::string_view key) const { return StrCat(base_, "/", key); }
 
-void HttpStore::StatAsync(std::string key,
-                          absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done) {
+void HttpStore::StatAsync(std::string key, StatCallback done) {
   std::string url = StrCat(base_, "/", EncodePath(key));
   std::string display = Url(key);
   SendWithRetries(
@@ -64,14 +62,6 @@ void HttpStore::StatAsync(std::string key,
         info.mtime = HttpTimeOrEpoch(response->Header("last-modified"));
         std::move(done)(std::move(info));
       });
-}
-
-absl::StatusOr<ObjectInfo> HttpStore::Stat(std::string_view key) {
-  std::promise<absl::StatusOr<ObjectInfo>> promise;
-  auto future = promise.get_future();
-  StatAsync(std::string(key),
-            [&promise](absl::StatusOr<ObjectInfo> info) { promise.set_value(std::move(info)); });
-  return future.get();
 }
 
 absl::StatusOr<ListResult> HttpStore::List(const ListOptions& options) {

@@ -18,16 +18,13 @@ class HttpStore : public ObjectStore {
             RetryPolicy retry = {});
 
   std::string Url(std::string_view key) const override;
-  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  void StatAsync(std::string key, StatCallback done) override;
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
   absl::Status Delete(std::string_view key) override;
 
  private:
-  // Stat without blocking; `done` runs on the transport thread.
-  void StatAsync(std::string key, absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done);
-
   const std::string base_;
   HttpTransport* const transport_;
   const RetryPolicy retry_;

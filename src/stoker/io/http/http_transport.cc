@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <future>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "stoker/core/blocking.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -123,11 +123,8 @@ void HttpTransport::Send(HttpRequest request, HttpCallback done) {
 }
 
 absl::StatusOr<HttpResponse> HttpTransport::SendSync(HttpRequest request) {
-  std::promise<absl::StatusOr<HttpResponse>> promise;
-  auto future = promise.get_future();
-  Send(std::move(request),
-       [&promise](absl::StatusOr<HttpResponse> r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return Await<absl::StatusOr<HttpResponse>>(
+      [&](auto done) { Send(std::move(request), std::move(done)); });
 }
 
 HttpTransportStats HttpTransport::stats() {
@@ -336,11 +333,9 @@ void SendWithRetries(HttpTransport& transport, RetryPolicy policy, RequestFactor
 
 absl::StatusOr<HttpResponse> SendWithRetriesSync(HttpTransport& transport, RetryPolicy policy,
                                                  RequestFactory make_request, ResponseCheck check) {
-  std::promise<absl::StatusOr<HttpResponse>> promise;
-  auto future = promise.get_future();
-  SendWithRetries(transport, policy, std::move(make_request), std::move(check),
-                  [&promise](absl::StatusOr<HttpResponse> r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return Await<absl::StatusOr<HttpResponse>>([&](auto done) {
+    SendWithRetries(transport, policy, std::move(make_request), std::move(check), std::move(done));
+  });
 }
 
 }  // namespace stoker::io

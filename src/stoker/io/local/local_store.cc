@@ -106,12 +106,14 @@ LocalStore::LocalStore(int io_threads) : pool_("local-io", io_threads) {}
 
 std::string LocalStore::Url(std::string_view key) const { return StrCat("/", key); }
 
-absl::StatusOr<ObjectInfo> LocalStore::Stat(std::string_view key) {
+void LocalStore::StatAsync(std::string key, StatCallback done) {
   std::string path = Url(key);
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return ErrnoError(errno, "cannot stat", path);
-  if (S_ISDIR(st.st_mode)) return absl::NotFoundError(StrCat(path, " is a directory"));
-  return InfoOf(std::string(key), st);
+  if (::stat(path.c_str(), &st) != 0)
+    return std::move(done)(ErrnoError(errno, "cannot stat", path));
+  if (S_ISDIR(st.st_mode))
+    return std::move(done)(absl::NotFoundError(StrCat(path, " is a directory")));
+  std::move(done)(InfoOf(std::move(key), st));
 }
 
 absl::StatusOr<ListResult> LocalStore::List(const ListOptions& options) {

@@ -19,7 +19,7 @@ class LocalStore : public ObjectStore {
   explicit LocalStore(int io_threads = 8);
 
   std::string Url(std::string_view key) const override;
-  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  void StatAsync(std::string key, StatCallback done) override;  // completes before returning
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <future>
 #include <map>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "stoker/core/blocking.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -366,13 +366,9 @@ void RangedReader::ReadRangesAsync(std::string key, std::vector<ByteRange> range
 absl::StatusOr<std::vector<Buffer>> RangedReader::ReadRanges(std::string_view key,
                                                              std::vector<ByteRange> ranges,
                                                              std::string_view if_match) {
-  std::promise<absl::StatusOr<std::vector<Buffer>>> promise;
-  auto future = promise.get_future();
-  ReadRangesAsync(std::string(key), std::move(ranges), std::string(if_match),
-                  [&promise](absl::StatusOr<std::vector<Buffer>> result) {
-                    promise.set_value(std::move(result));
-                  });
-  return future.get();
+  return Await<absl::StatusOr<std::vector<Buffer>>>([&](auto done) {
+    ReadRangesAsync(std::string(key), std::move(ranges), std::string(if_match), std::move(done));
+  });
 }
 
 absl::StatusOr<Buffer> RangedReader::Read(std::string_view key, ByteRange range) {
@@ -389,13 +385,10 @@ absl::StatusOr<Buffer> RangedReader::Read(std::string_view key, ByteRange range)
   call->if_match = info.etag;
   call->ranges = {clamped};
   call->known_size = info.size;
-  std::promise<absl::StatusOr<std::vector<Buffer>>> promise;
-  auto future = promise.get_future();
-  call->done = [&promise](absl::StatusOr<std::vector<Buffer>> result) {
-    promise.set_value(std::move(result));
-  };
-  impl_->Start(std::move(call));
-  ASSIGN_OR_RETURN(auto buffers, future.get());
+  ASSIGN_OR_RETURN(auto buffers, Await<absl::StatusOr<std::vector<Buffer>>>([&](auto done) {
+                     call->done = std::move(done);
+                     impl_->Start(std::move(call));
+                   }));
   return std::move(buffers[0]);
 }
 

@@ -1,10 +1,10 @@
 #include "stoker/io/s3/s3_store.h"
 
-#include <future>
 #include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "stoker/core/blocking.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -216,15 +216,11 @@ void S3Store::Send(Call call, ResponseCheck check, HttpCallback done) {
 }
 
 absl::StatusOr<HttpResponse> S3Store::SendSync(Call call, ResponseCheck check) {
-  std::promise<absl::StatusOr<HttpResponse>> promise;
-  auto future = promise.get_future();
-  Send(std::move(call), std::move(check),
-       [&promise](absl::StatusOr<HttpResponse> r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return Await<absl::StatusOr<HttpResponse>>(
+      [&](auto done) { Send(std::move(call), std::move(check), std::move(done)); });
 }
 
-void S3Store::StatAsync(std::string key,
-                        absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done) {
+void S3Store::StatAsync(std::string key, StatCallback done) {
   std::string url = Url(key);
   Send({"HEAD", key}, nullptr,
        [key, url, done = std::move(done)](absl::StatusOr<HttpResponse> response) mutable {
@@ -240,14 +236,6 @@ void S3Store::StatAsync(std::string key,
          if (mtime.ok()) info.mtime = *mtime;
          std::move(done)(std::move(info));
        });
-}
-
-absl::StatusOr<ObjectInfo> S3Store::Stat(std::string_view key) {
-  std::promise<absl::StatusOr<ObjectInfo>> promise;
-  auto future = promise.get_future();
-  StatAsync(std::string(key),
-            [&promise](absl::StatusOr<ObjectInfo> info) { promise.set_value(std::move(info)); });
-  return future.get();
 }
 
 absl::StatusOr<ListResult> S3Store::List(const ListOptions& options) {

@@ -38,7 +38,7 @@ class S3Store : public ObjectStore {
           HttpTransport* transport = &HttpTransport::Default());
 
   std::string Url(std::string_view key) const override;
-  absl::StatusOr<ObjectInfo> Stat(std::string_view key) override;
+  void StatAsync(std::string key, StatCallback done) override;
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
@@ -57,9 +57,6 @@ class S3Store : public ObjectStore {
   absl::StatusOr<HttpResponse> SendSync(Call call, ResponseCheck check = nullptr);
 
   const S3StoreOptions& options() const { return options_; }
-
-  // Stat without blocking; `done` runs on the transport thread.
-  void StatAsync(std::string key, absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&> done);
 
  private:
   const s3::S3Config config_;
