@@ -28,13 +28,6 @@ std::string VersionOf(const Attr& attr) {
   return StrCat(attr.size, "@", absl::ToUnixNanos(attr.mtime));
 }
 
-// The version part of the BlockCache keys that CachedStore reads use (cached_store.cc), so that
-// read-ahead lands where reads look. fuse_test checks that they meet (each block fetched once).
-std::string BlockVersionOf(const io::ObjectInfo& info) {
-  if (!info.etag.empty()) return info.etag;
-  return StrCat("size=", info.size, ",mtime=", absl::ToUnixNanos(info.mtime));
-}
-
 }  // namespace
 
 MountFs::MountFs(std::shared_ptr<io::ObjectStore> base, std::string root_key,
@@ -217,75 +210,30 @@ absl::StatusOr<size_t> MountFs::Read(File& file, char* out, size_t size, uint64_
 }
 
 void MountFs::Prefetch(const File& file, io::ByteRange range, uint64_t reserved) {
-  // The size and ETag as the cached store's reads see them (cached there: no request per call).
-  auto info = cached_->Stat(file.key_);
-  if (!info.ok() || range.offset >= info->size) {
-    prefetch_in_flight_.fetch_sub(reserved);  // the read itself will report the error
+  // The blocks a read of `range` would fetch, claimed now; those cached or on their way already
+  // need no reservation.
+  auto runs = cached_->ClaimMissing(file.key_, range);
+  if (!runs.ok() || runs->empty()) {
+    prefetch_in_flight_.fetch_sub(reserved);  // a read itself will report an error
     return;
   }
-  const uint64_t block_size = std::max<uint64_t>(1, cached_->options().block_size);
-  const uint64_t max_blocks =
-      std::max<uint64_t>(1, cached_->options().max_request_bytes / block_size);
-  const std::string url = base_->Url(file.key_);
-  const std::string version = BlockVersionOf(*info);
-  const uint64_t object_size = info->size;
-  const uint64_t first = range.offset / block_size;
-  const uint64_t last = (std::min(object_size, range.offset + range.length) - 1) / block_size;
-
-  // Claim the missing blocks (single flight: a block another read is fetching is left to it),
-  // as runs of at most max_blocks consecutive blocks.
-  std::vector<std::pair<uint64_t, uint64_t>> runs;  // [first, last] block numbers
-  for (uint64_t b = first; b <= last; ++b) {
-    io::BlockCache::Handle hit;
-    auto outcome = cache_->LookupOrFetch({url, version, b}, &hit, [](auto) {});
-    if (outcome != io::BlockCache::Outcome::kFetch) continue;
-    if (!runs.empty() && runs.back().second + 1 == b && b - runs.back().first < max_blocks) {
-      runs.back().second = b;
-    } else {
-      runs.emplace_back(b, b);
-    }
-  }
   uint64_t requested = 0;
-  for (const auto& [run_first, run_last] : runs) {
-    requested += std::min(object_size, (run_last + 1) * block_size) - run_first * block_size;
-  }
-  // What is cached or on its way already needs no reservation.
+  for (const auto& run : *runs) requested += run.bytes.length;
   prefetch_in_flight_.fetch_sub(reserved - std::min(reserved, requested));
   uint64_t left_reserved = std::min(reserved, requested);
-
-  for (const auto& [run_first, run_last] : runs) {
-    const uint64_t start = run_first * block_size;
-    const uint64_t stop = std::min(object_size, (run_last + 1) * block_size);
-    const uint64_t release = std::min(left_reserved, stop - start);
+  for (auto& run : *runs) {
+    const uint64_t release = std::min(left_reserved, run.bytes.length);
     left_reserved -= release;
-    io::ReadRequest request{file.key_, {start, stop - start}, info->etag};
     {
       absl::MutexLock lock(&mu_);
       ++prefetch_requests_;
     }
-    // Straight to the base store: the blocks are claimed, so the cached store must not fetch them.
-    base_->ReadAsync(
-        std::move(request), [this, url, version, start, stop, block_size, run_first = run_first,
-                             run_last = run_last, release](absl::StatusOr<Buffer> data) {
-          if (data.ok() && data->size() != stop - start) {
-            data = absl::DataLossError(StrCat("read-ahead of bytes [", start, ", ", stop, ") of ",
-                                              url, ": got ", data->size(), " bytes"));
-          }
-          for (uint64_t b = run_first; b <= run_last; ++b) {
-            io::BlockKey key{url, version, b};
-            if (!data.ok()) {
-              cache_->Abandon(key, data.status());
-              continue;
-            }
-            Buffer block = data->Slice((b - run_first) * block_size, block_size);
-            // Its own storage, so that evicting the block frees it (as CachedStore does).
-            if (run_first != run_last) block = Buffer::Copy(block.view());
-            cache_->Fulfill(key, std::move(block));
-          }
-          prefetch_in_flight_.fetch_sub(release);
-          absl::MutexLock lock(&mu_);
-          --prefetch_requests_;
-        });
+    // Into the cache only: nothing is assembled for anyone.
+    cached_->FetchRun(std::move(run), nullptr, [this, release] {
+      prefetch_in_flight_.fetch_sub(release);
+      absl::MutexLock lock(&mu_);
+      --prefetch_requests_;
+    });
   }
 }
 

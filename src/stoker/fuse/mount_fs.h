@@ -103,9 +103,10 @@ class MountFs {
   absl::StatusOr<size_t> ReadSmall(File& file, char* out, size_t size, uint64_t offset);
   // Read-ahead of [range) of `file`, whose `reserved` bytes are already counted in
   // prefetch_in_flight_: fetches the blocks that are neither cached nor being fetched into the
-  // shared cache, in requests of at most the CachedStore's max_request_bytes, and gives back the
-  // reservation as they land. Unlike a CachedStore read, it assembles no bytes for anyone (copying
-  // every prefetched byte twice more was most of the mount's CPU on a sequential read).
+  // shared cache through CachedStore::ClaimMissing/FetchRun (the same blocks and requests a read
+  // would make), and gives back the reservation as they land. Unlike a CachedStore read, it
+  // assembles no bytes for anyone (copying every prefetched byte twice more was most of the
+  // mount's CPU on a sequential read).
   void Prefetch(const File& file, io::ByteRange range, uint64_t reserved);
 
   const std::shared_ptr<io::ObjectStore> base_;

@@ -191,7 +191,7 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
   read->done = std::move(done);
 
   std::string version = VersionOf(*info);
-  std::vector<uint64_t> missing;
+  std::vector<uint64_t> missing;  // block numbers this read fetches
   std::vector<std::pair<size_t, Buffer>> hits;
   for (size_t i = 0; i < count; ++i) {
     BlockKey key{url, version, read->first_block + i};
@@ -201,49 +201,95 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
           read->Deliver(i, h.ok() ? absl::StatusOr<Buffer>(h->data()) : h.status());
         });
     if (outcome == BlockCache::Outcome::kHit) hits.emplace_back(i, hit.data());
-    if (outcome == BlockCache::Outcome::kFetch) missing.push_back(i);
-  }
-
-  // Runs of consecutive missing blocks, each at most max_request_bytes, one request per run.
-  const uint64_t max_blocks = std::max<uint64_t>(1, options_.max_request_bytes / bs);
-  std::vector<std::pair<size_t, size_t>> runs;  // [first, last] indices into the read's blocks
-  for (size_t i : missing) {
-    if (!runs.empty() && runs.back().second + 1 == i && i - runs.back().first < max_blocks) {
-      runs.back().second = i;
-    } else {
-      runs.emplace_back(i, i);
-    }
+    if (outcome == BlockCache::Outcome::kFetch) missing.push_back(read->first_block + i);
   }
   for (auto& [i, block] : hits) read->Deliver(i, std::move(block));
-  for (const auto& run : runs) {
-    size_t first = run.first, last = run.second;
-    uint64_t start = (read->first_block + first) * bs;
-    uint64_t end = std::min((read->first_block + last + 1) * bs, info->size);
-    ReadRequest fetch{request.key, {start, end - start}, info->etag};
-    base_->ReadAsync(std::move(fetch), [this, read, url, version, first, last, start,
-                                        end](absl::StatusOr<Buffer> data) {
-      if (data.ok() && data->size() != end - start) {
-        data = absl::DataLossError(StrCat("reading bytes [", start, ", ", end, ") of ", url,
-                                          ": got ", data->size(), " bytes"));
-      } else if (!data.ok() && data.status().code() != absl::StatusCode::kFailedPrecondition) {
-        data = Annotate(data.status(), StrCat("reading bytes [", start, ", ", end, ") of ", url));
-      }
-      for (size_t i = first; i <= last; ++i) {
-        BlockKey key{url, version, read->first_block + i};
-        if (!data.ok()) {
-          cache_->Abandon(key, data.status());
-          read->Deliver(i, data.status());
-          continue;
-        }
-        uint64_t offset = (i - first) * read->block_size;
-        Buffer block = data->Slice(offset, read->block_size);
-        // A block cut from a larger response gets its own storage, so evicting it frees it.
-        if (first != last) block = Buffer::Copy(block.view());
-        cache_->Fulfill(key, block);
-        read->Deliver(i, std::move(block));
-      }
-    });
+  for (BlockRun& run : GroupRuns(request.key, *info, missing)) {
+    FetchRun(
+        std::move(run),
+        [read](uint64_t block, absl::StatusOr<Buffer> data) {
+          read->Deliver(block - read->first_block, std::move(data));
+        },
+        [] {});
   }
+}
+
+std::vector<CachedStore::BlockRun> CachedStore::GroupRuns(
+    std::string_view key, const ObjectInfo& info, const std::vector<uint64_t>& blocks) const {
+  const uint64_t bs = std::max<uint64_t>(1, options_.block_size);
+  const uint64_t max_blocks = std::max<uint64_t>(1, options_.max_request_bytes / bs);
+  std::vector<BlockRun> runs;
+  for (uint64_t b : blocks) {
+    if (!runs.empty() && runs.back().last_block + 1 == b &&
+        b - runs.back().first_block < max_blocks) {
+      runs.back().last_block = b;
+      continue;
+    }
+    BlockRun run;
+    run.key = std::string(key);
+    run.url = base_->Url(key);
+    run.version = VersionOf(info);
+    run.if_match = info.etag;
+    run.first_block = run.last_block = b;
+    runs.push_back(std::move(run));
+  }
+  for (BlockRun& run : runs) {
+    uint64_t start = run.first_block * bs;
+    run.bytes = {start, std::min((run.last_block + 1) * bs, info.size) - start};
+  }
+  return runs;
+}
+
+absl::StatusOr<std::vector<CachedStore::BlockRun>> CachedStore::ClaimMissing(std::string_view key,
+                                                                             ByteRange range) {
+  ASSIGN_OR_RETURN(ObjectInfo info, StatCached(key, /*fresh=*/false));
+  if (range.offset >= info.size || range.length == 0) return std::vector<BlockRun>();
+  const uint64_t bs = std::max<uint64_t>(1, options_.block_size);
+  const uint64_t end = range.length == ByteRange::kToEnd || range.length > info.size - range.offset
+                           ? info.size
+                           : range.offset + range.length;
+  const std::string url = base_->Url(key);
+  const std::string version = VersionOf(info);
+  std::vector<uint64_t> claimed;
+  for (uint64_t b = range.offset / bs; b <= (end - 1) / bs; ++b) {
+    BlockCache::Handle hit;
+    // Single flight: a block another read is fetching is left to it.
+    auto outcome = cache_->LookupOrFetch({url, version, b}, &hit, [](auto) {});
+    if (outcome == BlockCache::Outcome::kFetch) claimed.push_back(b);
+  }
+  return GroupRuns(key, info, claimed);
+}
+
+void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
+                           absl::AnyInvocable<void() &&> done) {
+  ReadRequest request{run.key, run.bytes, run.if_match};
+  base_->ReadAsync(std::move(request), [this, run = std::move(run),
+                                        each_block = std::move(each_block), done = std::move(done)](
+                                           absl::StatusOr<Buffer> data) mutable {
+    const uint64_t start = run.bytes.offset, end = run.bytes.offset + run.bytes.length;
+    if (data.ok() && data->size() != run.bytes.length) {
+      data = absl::DataLossError(StrCat("reading bytes [", start, ", ", end, ") of ", run.url,
+                                        ": got ", data->size(), " bytes"));
+    } else if (!data.ok() && data.status().code() != absl::StatusCode::kFailedPrecondition) {
+      // (A changed object stays FailedPrecondition: a read starts over on it.)
+      data = Annotate(data.status(), StrCat("reading bytes [", start, ", ", end, ") of ", run.url));
+    }
+    const uint64_t bs = std::max<uint64_t>(1, options_.block_size);
+    for (uint64_t b = run.first_block; b <= run.last_block; ++b) {
+      BlockKey key{run.url, run.version, b};
+      if (!data.ok()) {
+        cache_->Abandon(key, data.status());
+        if (each_block) each_block(b, data.status());
+        continue;
+      }
+      Buffer block = data->Slice((b - run.first_block) * bs, bs);
+      // A block cut from a larger response gets its own storage, so evicting it frees it.
+      if (run.first_block != run.last_block) block = Buffer::Copy(block.view());
+      cache_->Fulfill(key, block);
+      if (each_block) each_block(b, std::move(block));
+    }
+    std::move(done)();
+  });
 }
 
 absl::StatusOr<std::unique_ptr<ObjectWriter>> CachedStore::OpenWriter(std::string_view key) {

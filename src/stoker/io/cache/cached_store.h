@@ -55,6 +55,29 @@ class CachedStore : public ObjectStore {
   // Forgets what is cached about `key` (size, ETag, blocks).
   void Invalidate(std::string_view key);
 
+  // Read-ahead into the cache (the mount uses it), in two steps so that a caller can account for
+  // the bytes it will request before they are requested. A BlockRun is a run of consecutive blocks
+  // of one object that the caller has claimed in the cache (it is their single-flight fetcher) and
+  // that one request reads; every run must be passed to FetchRun.
+  struct BlockRun {
+    std::string key;       // the object's key in the base store
+    std::string url;       // its URL (BlockKey::url)
+    std::string version;   // BlockKey::etag of its blocks
+    std::string if_match;  // the ETag the request must match ("" when the store has none)
+    uint64_t first_block = 0;
+    uint64_t last_block = 0;
+    ByteRange bytes;  // the part of the object the request reads
+  };
+  // Claims the blocks of `range` (clamped to the object) that are neither cached nor being
+  // fetched, as runs of at most max_request_bytes, exactly as a read would fetch them. Errors are
+  // the Stat's.
+  absl::StatusOr<std::vector<BlockRun>> ClaimMissing(std::string_view key, ByteRange range);
+  // Reads `run` from the base store in one request and fulfills each of its blocks in the cache (or
+  // abandons them all with the error); `each_block`, when set, then gets each block (or the error).
+  // `done` runs once at the end. Callbacks run on the base store's threads (or the caller's).
+  using BlockCallback = absl::AnyInvocable<void(uint64_t block, absl::StatusOr<Buffer> data)>;
+  void FetchRun(BlockRun run, BlockCallback each_block, absl::AnyInvocable<void() &&> done);
+
   BlockCache& cache() { return *cache_; }
   ObjectStore& base() { return *base_; }
   const CachedStoreOptions& options() const { return options_; }
@@ -62,6 +85,9 @@ class CachedStore : public ObjectStore {
  private:
   absl::StatusOr<ObjectInfo> StatCached(std::string_view key, bool fresh);
   void ReadWithRetry(ReadRequest request, ReadCallback done, bool may_retry);
+  // `blocks` (claimed, ascending) as runs of consecutive blocks of at most max_request_bytes.
+  std::vector<BlockRun> GroupRuns(std::string_view key, const ObjectInfo& info,
+                                  const std::vector<uint64_t>& blocks) const;
 
   const std::shared_ptr<ObjectStore> base_;
   const std::shared_ptr<BlockCache> cache_;
