@@ -9,12 +9,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "stoker/testing/script_server.h"
 
 namespace stoker::testing {
 
 // Thread safety: the accessors are immutable after Start and thread-safe; WriteFile is
 // thread-safe for distinct paths.
-class HttpTestServer {
+class HttpTestServer : public ScriptServer {
  public:
   // Starts nginx serving `root` (an existing folder); when `root` is empty, serves a fresh
   // temporary folder (root_dir()) that is removed with the server.
@@ -24,36 +25,22 @@ class HttpTestServer {
   // at exit. Every later call returns the same server or the same start-up error.
   static absl::StatusOr<HttpTestServer*> Shared();
 
-  // Stops nginx and removes the state folder (and root_dir() if the server created it).
-  ~HttpTestServer();
-  HttpTestServer(const HttpTestServer&) = delete;
-  HttpTestServer& operator=(const HttpTestServer&) = delete;
+  // The destructor and Stop() (ScriptServer) stop nginx and remove the state folder, with
+  // root_dir() when the server created it.
 
   // "http://127.0.0.1:PORT/" (with the trailing slash); a file ROOT/a/b is at url() + "a/b".
   const std::string& url() const { return url_; }
-  const std::string& host() const { return host_; }  // "127.0.0.1"
-  int port() const { return port_; }
   // The folder being served.
   const std::string& root_dir() const { return root_dir_; }
-  // The folder holding nginx's configuration, logs and pid.
-  const std::string& state_dir() const { return state_dir_; }
 
   // Writes `contents` to root_dir()/relative_path, creating folders as needed.
   absl::Status WriteFile(std::string_view relative_path, std::string_view contents) const;
 
-  // Stops nginx now (idempotent; the destructor calls it).
-  absl::Status Stop();
-
  private:
-  HttpTestServer() = default;
+  HttpTestServer() : ScriptServer("http-test-server", "the HTTP test server (nginx)") {}
 
-  std::string state_dir_;
   std::string root_dir_;
-  bool owns_root_ = false;
   std::string url_;
-  std::string host_;
-  int port_ = 0;
-  bool stopped_ = false;
 };
 
 }  // namespace stoker::testing

@@ -1,11 +1,7 @@
 #include "stoker/testing/s3_server.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
-#include <filesystem>
 
-#include "absl/strings/numbers.h"
 #include "stoker/core/strings.h"
 #include "stoker/testing/subprocess.h"
 
@@ -14,46 +10,13 @@ namespace {
 
 constexpr char kAwsCli[] = "/usr/bin/aws";  // Debian's; a pyenv shim may shadow `aws` on PATH
 
-std::string ScriptPath() { return StrCat(SourceDir(), "/scripts/s3-test-server"); }
-
-absl::Status CheckScriptExists() {
-  if (std::filesystem::exists(ScriptPath())) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      StrCat(ScriptPath(), " does not exist; set STOKER_SOURCE_DIR to stoker's source folder"));
-}
-
-// Parses "http://HOST:PORT" into host and port.
-absl::Status SplitEndpoint(const std::string& endpoint, std::string* host, int* port) {
-  std::string_view rest = endpoint;
-  if (!rest.starts_with("http://")) {
-    return absl::InternalError(StrCat("unexpected S3 endpoint '", endpoint, "'"));
-  }
-  rest.remove_prefix(7);
-  size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos || !absl::SimpleAtoi(ToAbsl(rest.substr(colon + 1)), port)) {
-    return absl::InternalError(StrCat("unexpected S3 endpoint '", endpoint, "'"));
-  }
-  *host = std::string(rest.substr(0, colon));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
-  if (absl::Status s = CheckScriptExists(); !s.ok()) return s;
-  absl::StatusOr<std::string> dir = MakeTempDir("stoker-s3");
-  if (!dir.ok()) return dir.status();
   std::unique_ptr<S3TestServer> server(new S3TestServer());
-  server->state_dir_ = *dir;
-  // STOKER_TEST_OWNER_PID makes the script stop the servers if this process dies without
-  // running the destructor (a crash or a killed test).
-  absl::StatusOr<std::string> started = RunCommandOk(
-      {"bash", ScriptPath(), "start", *dir}, {{"STOKER_TEST_OWNER_PID", std::to_string(getpid())}});
-  if (!started.ok()) {
-    return absl::UnavailableError(
-        StrCat("the S3 test server (Swift) did not start: ", started.status().message()));
-  }
-  absl::StatusOr<std::string> env = RunCommandOk({"bash", ScriptPath(), "env", *dir});
+  if (absl::Status s = server->MakeStateDir("stoker-s3"); !s.ok()) return s;
+  if (absl::Status s = server->StartScript(); !s.ok()) return s;
+  absl::StatusOr<std::string> env = server->RunScript("env");
   if (!env.ok()) return env.status();
   // Lines look like "export AWS_ENDPOINT_URL=http://127.0.0.1:PORT".
   std::string_view rest = *env;
@@ -74,27 +37,14 @@ absl::StatusOr<std::unique_ptr<S3TestServer>> S3TestServer::Start() {
   }
   if (server->endpoint_.empty() || server->access_key_id_.empty()) {
     return absl::InternalError(
-        StrCat("'s3-test-server env ", *dir, "' printed no endpoint: ", *env));
+        StrCat("'s3-test-server env ", server->state_dir(), "' printed no endpoint: ", *env));
   }
-  if (absl::Status s = SplitEndpoint(server->endpoint_, &server->host_, &server->port_); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = server->SetAddress(server->endpoint_); !s.ok()) return s;
   return server;
 }
 
 absl::StatusOr<S3TestServer*> S3TestServer::Shared() {
   return SharedInstance<S3TestServer>([] { return Start(); });
-}
-
-S3TestServer::~S3TestServer() { Stop().IgnoreError(); }
-
-absl::Status S3TestServer::Stop() {
-  if (stopped_) return absl::OkStatus();
-  stopped_ = true;
-  absl::StatusOr<std::string> stopped = RunCommandOk({"bash", ScriptPath(), "stop", state_dir_});
-  std::error_code ignored;
-  std::filesystem::remove_all(state_dir_, ignored);
-  return stopped.status();
 }
 
 absl::StatusOr<std::string> S3TestServer::RunAwsCli(const std::vector<std::string>& args,

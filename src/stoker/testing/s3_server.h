@@ -20,12 +20,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
+#include "stoker/testing/script_server.h"
 
 namespace stoker::testing {
 
 // Thread safety: every method is thread-safe (the accessors are immutable after Start; the rest
 // run subprocesses).
-class S3TestServer {
+class S3TestServer : public ScriptServer {
  public:
   // Starts a new server (about 3-6 s) in a fresh temporary folder. The error names what failed and
   // carries the servers' log tails.
@@ -35,20 +36,14 @@ class S3TestServer {
   // returns the same server, or the same start-up error.
   static absl::StatusOr<S3TestServer*> Shared();
 
-  // Stops every process the server started and removes its folder.
-  ~S3TestServer();
-  S3TestServer(const S3TestServer&) = delete;
-  S3TestServer& operator=(const S3TestServer&) = delete;
+  // The destructor and Stop() (ScriptServer) stop every process the server started and remove
+  // its folder, state_dir(): configuration, object data, logs (log/*.log), pid files (run/*.pid).
 
   // "http://127.0.0.1:PORT": the S3 endpoint (path-style addressing).
   const std::string& endpoint() const { return endpoint_; }
-  const std::string& host() const { return host_; }  // "127.0.0.1"
-  int port() const { return port_; }
   const std::string& access_key_id() const { return access_key_id_; }  // "test:tester"
   const std::string& secret_access_key() const { return secret_access_key_; }
   const std::string& region() const { return region_; }  // "us-east-1"
-  // The folder holding configuration, object data, logs (log/*.log) and pid files (run/*.pid).
-  const std::string& state_dir() const { return state_dir_; }
 
   // Creates a bucket (S3 bucket naming rules: 3-63 lower-case letters, digits, '-', '.').
   absl::Status CreateBucket(std::string_view bucket) const;
@@ -65,16 +60,10 @@ class S3TestServer {
   // reaches this server. setenv is not thread-safe: call it before starting threads.
   void ExportEnvironment() const;
 
-  // Stops the servers now (idempotent; the destructor calls it).
-  absl::Status Stop();
-
  private:
-  S3TestServer() = default;
+  S3TestServer() : ScriptServer("s3-test-server", "the S3 test server (Swift)") {}
 
-  std::string state_dir_;
   std::string endpoint_;
-  std::string host_;
-  int port_ = 0;
   std::string access_key_id_;
   std::string secret_access_key_;
   std::string region_;
