@@ -28,8 +28,8 @@ absl::Status Run(const std::string& plugin) {
     stoker::data::Element e;
     e.keys = {"sample-" + std::to_string(i)};
     e.sample_index = static_cast<uint64_t>(i);
-    e.fields["x"] = stoker::data::Tensor{stoker::data::DType::kUint8, {2},
-                                         std::move(bytes).Finish()};
+    e.fields["x"] =
+        stoker::data::Tensor{stoker::data::DType::kUint8, {2}, std::move(bytes).Finish()};
     samples.push_back(std::move(e));
   }
   stoker::data::RegisterMemoryDataset("consumer", std::move(samples));
