@@ -89,14 +89,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
     for (const auto& [id, w] : d->state_.workers()) d->last_heartbeat_[id] = Clock::now();
   }
   d->service_ = std::make_unique<GrpcDispatcher>(d.get());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(StrCat("0.0.0.0:", options.port), grpc::InsecureServerCredentials(),
-                           &d->port_);
-  builder.RegisterService(d->service_.get());
-  d->server_ = builder.BuildAndStart();
-  if (d->server_ == nullptr || d->port_ == 0)
-    return absl::UnavailableError(StrCat("dispatcher cannot listen on port ", options.port,
-                                         " (in use? choose another --port)"));
+  ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.port, "dispatcher"));
+  d->port_ = d->server_->port();
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorWorkers(); });
   return d;
 }
@@ -106,7 +100,7 @@ Dispatcher::~Dispatcher() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (server_) server_->Shutdown();
   if (monitor_.joinable()) monitor_.join();
 }
 

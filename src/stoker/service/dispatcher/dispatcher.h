@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "stoker/service.grpc.pb.h"
+#include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/journal.h"
 #include "stoker/service/dispatcher/dispatcher_state.h"
 
@@ -100,7 +101,7 @@ class Dispatcher {
   int64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcServer> server_;
   std::thread monitor_;
 };
 

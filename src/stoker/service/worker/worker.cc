@@ -75,15 +75,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   std::unique_ptr<Worker> w(new Worker(options));
   w->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
   w->service_ = std::make_unique<GrpcWorker>(w.get());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(StrCat("0.0.0.0:", options.port), grpc::InsecureServerCredentials(),
-                           &w->port_);
-  builder.RegisterService(w->service_.get());
-  builder.SetMaxSendMessageSize(-1);
-  w->server_ = builder.BuildAndStart();
-  if (w->server_ == nullptr || w->port_ == 0)
-    return absl::UnavailableError(
-        StrCat("worker cannot listen on port ", options.port, " (in use? choose another --port)"));
+  ASSIGN_OR_RETURN(w->server_, GrpcServer::Start(w->service_.get(), options.port, "worker",
+                                                 /*max_send_message_bytes=*/-1));
+  w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
   return w;
@@ -94,7 +88,7 @@ Worker::~Worker() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  if (server_) server_->Shutdown();
   if (heartbeat_.joinable()) heartbeat_.join();
   std::map<int64_t, std::shared_ptr<Task>> tasks;
   {

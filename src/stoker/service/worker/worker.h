@@ -33,6 +33,7 @@
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service.pb.h"
 #include "stoker/service/common/element_codec.h"
+#include "stoker/service/common/grpc_server.h"
 
 namespace stoker::service {
 
@@ -103,7 +104,7 @@ class Worker {
   std::string address_;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcServer> server_;
   std::thread heartbeat_;
 
   absl::Mutex mu_;

@@ -1,0 +1,33 @@
+#include "stoker/service/common/grpc_server.h"
+
+#include <chrono>
+
+#include "stoker/core/strings.h"
+
+namespace stoker::service {
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(grpc::Service* service, int port,
+                                                              std::string_view who,
+                                                              int max_send_message_bytes) {
+  std::unique_ptr<GrpcServer> s(new GrpcServer());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(StrCat("0.0.0.0:", port), grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(service);
+  if (max_send_message_bytes != 0) builder.SetMaxSendMessageSize(max_send_message_bytes);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        StrCat(who, " cannot listen on port ", port, " (in use? choose another --port)"));
+  }
+  return s;
+}
+
+GrpcServer::~GrpcServer() { Shutdown(); }
+
+void GrpcServer::Shutdown() {
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+}
+
+}  // namespace stoker::service

@@ -1,0 +1,39 @@
+// GrpcServer: the gRPC server runner of the dispatcher and the worker (their RPC logic lives in
+// their own classes; this is only the listening socket's lifecycle). It listens on 0.0.0.0:PORT
+// (0: any free port) with one service, and stops with a short grace period for calls in flight.
+//
+// Thread safety: Start, Shutdown and the destructor are called by the owner; port() is
+// immutable after Start.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace stoker::service {
+
+class GrpcServer {
+ public:
+  // Serves `service` (not owned; it must outlive the server). `who` names the server in errors
+  // ("dispatcher", "worker"). max_send_message_bytes: 0 keeps gRPC's default, -1 is unlimited.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(grpc::Service* service, int port,
+                                                           std::string_view who,
+                                                           int max_send_message_bytes = 0);
+  ~GrpcServer();  // Shutdown()
+
+  // Stops accepting calls and waits up to 200 ms for those in flight, then cancels them
+  // (idempotent).
+  void Shutdown();
+  int port() const { return port_; }
+
+ private:
+  GrpcServer() = default;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace stoker::service
