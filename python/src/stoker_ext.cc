@@ -152,32 +152,15 @@ class Iterator {
   std::unique_ptr<data::PipelineIterator> it_;
 };
 
-// Hands the source one contiguous range of positions: this rank's share of the epoch order.
-class RangeSplits : public data::SplitProvider {
- public:
-  RangeSplits(int64_t begin, int64_t end) {
-    split_.begin = begin;
-    split_.end = end;
-  }
-  absl::StatusOr<std::optional<data::Split>> GetNext() override {
-    if (done_) return std::nullopt;
-    done_ = true;
-    return split_;
-  }
-
- private:
-  data::Split split_;
-  bool done_ = false;
-};
-
 // An Iterator that owns its split provider (declared first so it outlives the iterator).
 class ShardedIterator : public Iterator {
  public:
-  ShardedIterator(std::unique_ptr<RangeSplits> splits, std::unique_ptr<data::PipelineIterator> it)
+  ShardedIterator(std::unique_ptr<data::SingleSplit> splits,
+                  std::unique_ptr<data::PipelineIterator> it)
       : Iterator(std::move(it)), splits_(std::move(splits)) {}
 
  private:
-  std::unique_ptr<RangeSplits> splits_;
+  std::unique_ptr<data::SingleSplit> splits_;
 };
 
 class File {
@@ -357,8 +340,8 @@ PYBIND11_MODULE(_stoker, m) {
                   "world_size > 1 needs an indexed source ({\"dataset\": URL}, range or memory); "
                   "streams (tar, tfrecord) cannot be split by rank in-process");
             }
-            auto splits =
-                std::make_unique<RangeSplits>(*n * rank / world_size, *n * (rank + 1) / world_size);
+            auto splits = std::make_unique<data::SingleSplit>(
+                data::Split{*n * rank / world_size, *n * (rank + 1) / world_size});
             auto it = p.MakeIterator(epoch, threads, splits.get());
             return std::make_unique<ShardedIterator>(std::move(splits), std::move(it));
           },

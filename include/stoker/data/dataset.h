@@ -80,6 +80,21 @@ class SplitProvider {
   virtual absl::StatusOr<std::optional<Split>> GetNext() = 0;
 };
 
+// Hands out one split, then no more: a worker's split of a job, a rank's share of an epoch.
+class SingleSplit : public SplitProvider {
+ public:
+  explicit SingleSplit(Split split) : split_(split) {}
+  absl::StatusOr<std::optional<Split>> GetNext() override {
+    if (given_) return std::nullopt;
+    given_ = true;
+    return split_;
+  }
+
+ private:
+  Split split_;
+  bool given_ = false;
+};
+
 struct IteratorContext {
   Runtime* runtime = nullptr;  // not owned; outlives the iterator
   int64_t epoch = 0;

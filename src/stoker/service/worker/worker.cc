@@ -40,21 +40,6 @@ class GrpcWorker final : public grpc::Service {
   stoker::service::Worker* w_;
 };
 
-// Hands the pipeline's source exactly one split.
-class OneSplit : public data::SplitProvider {
- public:
-  OneSplit(int64_t begin, int64_t end) : split_{begin, end} {}
-  absl::StatusOr<std::optional<data::Split>> GetNext() override {
-    if (given_) return std::nullopt;
-    given_ = true;
-    return split_;
-  }
-
- private:
-  data::Split split_;
-  bool given_ = false;
-};
-
 // The batch size of the spec's batch op (1 without one): splits are a multiple of it, so that a
 // split's last batch is full (drop_remainder would otherwise drop samples at every split's end).
 int64_t BatchSize(const nlohmann::json& spec) {
@@ -294,7 +279,7 @@ absl::Status Worker::RunDynamic(Task* task) {
     last_split_id = resp.split_id();
     // Process the split through a fresh iterator, so that its elements are exactly its samples.
     auto start = Clock::now();
-    OneSplit provider(resp.begin(), resp.end());
+    data::SingleSplit provider({resp.begin(), resp.end()});
     auto it = pipeline->MakeIterator(resp.epoch(), options_.threads, &provider);
     std::optional<data::Element> prev;
     int64_t seq = 0;
