@@ -23,6 +23,11 @@ void AppendLittleEndian(std::string* out, T value) {
   AppendLittleEndian(out, static_cast<uint64_t>(value), static_cast<int>(sizeof(T)));
 }
 
+// Writes the low `bytes` (1 to 8) bytes of `value` at `p`, least significant first.
+inline void StoreLittleEndian(char* p, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>(value >> (8 * i));
+}
+
 // Reads `bytes` (1 to 8) bytes at `p`, least significant first.
 inline uint64_t LoadLittleEndian(const char* p, int bytes) {
   uint64_t v = 0;

@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
+#include "stoker/core/little_endian.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
@@ -20,7 +22,7 @@ constexpr int kZstdLevel = 1;  // fast: the worker compresses on the data path
 
 template <typename T>
 void Put(std::string* out, T value) {
-  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+  AppendLittleEndian<T>(out, value);
 }
 void PutString(std::string* out, std::string_view s) {
   Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
@@ -33,7 +35,11 @@ class Reader {
   template <typename T>
   bool Get(T* value) {
     if (bytes_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(value, bytes_.data() + pos_, sizeof(T));
+    if constexpr (std::is_integral_v<T>) {
+      *value = LoadLittleEndian<T>(bytes_.data() + pos_);
+    } else {
+      std::memcpy(value, bytes_.data() + pos_, sizeof(T));  // bytes (the magic)
+    }
     pos_ += sizeof(T);
     return true;
   }
@@ -67,8 +73,7 @@ absl::Status Malformed(size_t total, std::string_view what, size_t at) {
 absl::StatusOr<Buffer> Decompress(const Buffer& all) {
   if (all.size() < kCompressedHeader) return Malformed(all.size(), "short compression header", 0);
   uint8_t algorithm = all.data()[4];
-  uint64_t size;
-  std::memcpy(&size, all.data() + 8, sizeof(size));
+  uint64_t size = LoadLittleEndian<uint64_t>(all.chars() + 8);
   if (size > kMaxElementBytes)
     return Malformed(all.size(), StrCat("decompressed length ", size, " over the limit"), 8);
   const char* src = all.chars() + kCompressedHeader;
@@ -184,8 +189,7 @@ std::optional<Buffer> Compress(std::string_view raw, Compression compression) {
   std::memset(out.data(), 0, kCompressedHeader);
   std::memcpy(out.data(), kCompressedMagic, 4);
   out.data()[4] = static_cast<uint8_t>(compression);
-  uint64_t size = raw.size();
-  std::memcpy(out.data() + 8, &size, sizeof(size));
+  StoreLittleEndian(out.chars() + 8, raw.size(), 8);
   std::memcpy(out.data() + kCompressedHeader, scratch.data() + kCompressedHeader, n);
   return std::move(out).Finish();
 }

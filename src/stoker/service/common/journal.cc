@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "stoker/core/fd_io.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
@@ -76,12 +77,8 @@ absl::Status Journal::SyncTo(int64_t seq) {
 
 absl::StatusOr<int64_t> Journal::Write(const nlohmann::json& update) {
   std::string line = update.dump() + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(StrCat("journal ", path_, ": write: ", strerror(errno)));
-    done += n;
+  if (int error = WriteAll(fd_, line); error != 0) {
+    return absl::InternalError(StrCat("journal ", path_, ": write: ", strerror(error)));
   }
   return written_.fetch_add(1) + 1;
 }
