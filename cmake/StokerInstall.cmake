@@ -45,11 +45,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/stokerConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/stokerConfig.cmake ${PROJECT_BINARY_DIR}/stokerConfigVersion.cmake
         DESTINATION ${STOKER_CMAKE_DIR})
 
-# pkg-config: static libraries, so their dependencies are in Requires.private / Libs.private
-# (`pkg-config --static --libs stoker` when linking).
+# pkg-config: stoker's libraries are static, so the libraries they use are in Requires (linked
+# as the system has them, usually shared): `pkg-config --cflags --libs stoker`.
 set(STOKER_PC_LIBS "")
 foreach(lib ${STOKER_INSTALLED_LIBRARIES})
   string(APPEND STOKER_PC_LIBS " -l${lib}")
 endforeach()
+file(RELATIVE_PATH STOKER_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/stoker.pc.in ${PROJECT_BINARY_DIR}/stoker.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/stoker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -4,7 +4,7 @@
 #   1. configures tests/install/consumer with find_package(stoker) against that prefix only,
 #      builds a program (linked to stoker::stoker) and a transform plugin (examples/plugins/,
 #      compiled against stoker::headers), and runs the program with the plugin;
-#   2. compiles and links the same program with `pkg-config --cflags --libs --static stoker`
+#   2. compiles and links the same program with `pkg-config --cflags --libs stoker`
 #      and runs it again.
 # Usage: install_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -33,7 +33,7 @@ out=$("$work/consumer/stoker_consumer" "$work/consumer/libconsumer_plugin.so")
 
 # 2. pkg-config.
 export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig
-flags=$(pkg-config --cflags --libs --static stoker) || fail "pkg-config stoker"
+flags=$(pkg-config --cflags --libs stoker) || fail "pkg-config stoker"
 g++ -std=c++20 -rdynamic -o "$work/consumer_pc" "$src/tests/install/consumer/main.cc" $flags \
   2>"$work/pc.log" || { cat "$work/pc.log"; fail "compile and link with pkg-config"; }
 out=$("$work/consumer_pc" "$work/consumer/libconsumer_plugin.so")
