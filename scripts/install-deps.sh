@@ -17,7 +17,7 @@ packages=(
   python3-pip python3-setuptools python3-wheel
   # servers and peers used by tests and benchmarks
   swift swift-proxy swift-object swift-container swift-account python3-swift memcached
-  nginx-light s3fs rclone awscli curl
+  nginx-light s3fs rclone awscli curl fio
 )
 
 sudo_cmd=()

@@ -1,10 +1,14 @@
-// stoker-bench-samples DATASET_URL MODE BATCHES BATCH_SIZE SEED: reads BATCHES random-order
-// minibatches of BATCH_SIZE samples from a stoker dataset and prints one JSON line
-// {"samples", "bytes", "seconds", "requests"}. The indices are the first BATCHES * BATCH_SIZE of a
-// permutation of the dataset fixed by SEED. MODE:
+// stoker-bench-samples DATASET_URL MODE BATCHES BATCH_SIZE SEED [KEYS_OUT]: reads BATCHES
+// random-order minibatches of BATCH_SIZE samples from a stoker dataset and prints one JSON line
+// {"samples", "bytes", "seconds", "cpu_seconds", "requests"} (cpu_seconds: user + system time of
+// the process during the reads). The indices are the first BATCHES * BATCH_SIZE of a
+// permutation of the dataset fixed by SEED; with KEYS_OUT, their keys are written there (one a
+// line, in read order) so that a peer can read the very same samples. MODE:
 //   batched     one ShardedDataset::ReadSamples call per minibatch (grouped by shard, coalesced)
 //   per-sample  one read per sample, 16 in flight at a time (the same bytes, no batching)
 // Used by bench/suites/format.py.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,8 +22,9 @@
 #include "stoker/io/http/http_transport.h"
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s DATASET_URL batched|per-sample BATCHES BATCH_SIZE SEED\n",
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr,
+                 "usage: %s DATASET_URL batched|per-sample BATCHES BATCH_SIZE SEED [KEYS_OUT]\n",
                  argv[0]);
     return 2;
   }
@@ -34,6 +39,15 @@ int main(int argc, char** argv) {
   std::iota(order.begin(), order.end(), uint64_t{0});
   std::shuffle(order.begin(), order.end(), std::mt19937_64(std::stoull(argv[5])));
   order.resize(std::min<uint64_t>(order.size(), batches * batch_size));
+  if (argc == 7) {
+    FILE* keys = std::fopen(argv[6], "w");
+    if (keys == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", argv[6]);
+      return 1;
+    }
+    for (uint64_t index : order) std::fprintf(keys, "%s\n", std::string((*ds)->key(index)).c_str());
+    std::fclose(keys);
+  }
 
   uint64_t samples = 0, bytes = 0;
   auto count = [&](const std::vector<stoker::format::Sample>& got) {
@@ -43,6 +57,13 @@ int main(int argc, char** argv) {
     }
   };
   uint64_t requests_before = stoker::io::HttpTransport::Default().stats().requests_sent;
+  auto cpu_seconds = [] {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+           (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  };
+  double cpu_start = cpu_seconds();
   auto start = std::chrono::steady_clock::now();
   if (mode == "batched") {
     for (size_t first = 0; first < order.size(); first += batch_size) {
@@ -88,10 +109,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double cpu = cpu_seconds() - cpu_start;
   nlohmann::json out = {
       {"samples", samples},
       {"bytes", bytes},
       {"seconds", seconds},
+      {"cpu_seconds", cpu},
       {"requests", stoker::io::HttpTransport::Default().stats().requests_sent - requests_before}};
   std::printf("%s\n", out.dump().c_str());
   return samples == order.size() ? 0 : 1;

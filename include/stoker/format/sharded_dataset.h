@@ -60,6 +60,14 @@ struct DatasetOptions {
   // to 200 KB) for local files and memory, where reading through a large hole costs more than a
   // separate request.
   std::optional<io::ReaderOptions> reader;
+  // Direct I/O (O_DIRECT, no page cache) for datasets on local files (docs/reads.md). kAuto uses
+  // it when the dataset's bytes exceed `direct_io_ram_share` × the machine's RAM: such a dataset
+  // does not stay in the page cache anyway, and reading it through the cache would evict
+  // everything else. Under kAuto, STOKER_DIRECT_IO=on|off|auto and STOKER_DIRECT_IO_RAM_SHARE
+  // (e.g. 0.25) override these defaults.
+  enum class DirectIo { kAuto, kOn, kOff };
+  DirectIo direct_io = DirectIo::kAuto;
+  double direct_io_ram_share = 0.5;
 };
 
 class ShardedDataset {
@@ -82,6 +90,12 @@ class ShardedDataset {
   std::string ShardUrl(size_t shard) const;
   // The dataset's prefix URL.
   const std::string& url() const { return base_url_; }
+  // The store batched reads go through (for local datasets: the page-cache or O_DIRECT store).
+  io::ObjectStore& store() const { return *store_; }
+  // How batched reads are planned (coalescing limits, parts in flight).
+  const io::ReaderOptions& reader_options() const;
+  // Store key of shard `shard`.
+  const std::string& shard_key(size_t shard) const { return shard_keys_[shard]; }
 
   // Reads `indices` (any order, repeats allowed) and returns the samples in the same order,
   // minus skipped corrupt ones under kSkip. OutOfRange for an index >= size().

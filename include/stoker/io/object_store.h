@@ -105,6 +105,12 @@ class ObjectStore {
   // caller's, before ReadAsync returns); it must not block for long.
   virtual void ReadAsync(ReadRequest request, ReadCallback done) = 0;
 
+  // Reads several ranges at once: done[i] answers requests[i], each exactly once, on any thread
+  // (as ReadAsync). A store that can submit many reads in one system call (the local store's
+  // io_uring engine) overrides this; the default calls ReadAsync for each request in order.
+  // requests.size() must equal done.size().
+  virtual void ReadBatchAsync(std::vector<ReadRequest> requests, std::vector<ReadCallback> done);
+
   virtual absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) = 0;
 
   // Deletes `key`; deleting a missing key is OK (as in S3).

@@ -16,6 +16,7 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result);
 void RegisterRunCommands(CLI::App& app, absl::Status* result);
 void RegisterServiceCommands(CLI::App& app, absl::Status* result);
 void RegisterMountCommands(CLI::App& app, absl::Status* result);
+void RegisterBenchReadCommand(CLI::App& app, absl::Status* result);
 
 // For commands on the data path (run, worker, consume, demo): elements, payloads and responses
 // are hundreds of KiB to a few MiB each, allocated and freed at a high rate. glibc would map each

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   stoker::cli::RegisterRunCommands(app, &result);
   stoker::cli::RegisterServiceCommands(app, &result);
   stoker::cli::RegisterMountCommands(app, &result);
+  stoker::cli::RegisterBenchReadCommand(app, &result);
   CLI11_PARSE(app, argc, argv);
   if (!result.ok()) {
     std::fprintf(stderr, "stoker: %s\n", std::string(result.message()).c_str());

@@ -100,8 +100,9 @@ struct PipelineBuilder {
     } else if (p.Has("dataset")) {
       std::string url = p.String("dataset");
       bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
+      std::string direct_io = p.String("direct_io", "auto", {"auto", "on", "off"});
       RETURN_IF_ERROR(p.Finish());
-      auto opened = OpenFormatDataset(url, skip);
+      auto opened = OpenFormatDataset(url, skip, direct_io);
       if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
       indexed = *opened;
     } else if (p.Has("tfrecord") || p.Has("tar")) {

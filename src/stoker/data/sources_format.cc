@@ -73,9 +73,12 @@ class FormatStreamSource : public StreamSource {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                 bool skip_corrupt) {
+                                                                 bool skip_corrupt,
+                                                                 const std::string& direct_io) {
   format::DatasetOptions options;
   options.on_corrupt = skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
+  if (direct_io == "on") options.direct_io = format::DatasetOptions::DirectIo::kOn;
+  if (direct_io == "off") options.direct_io = format::DatasetOptions::DirectIo::kOff;
   ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
                    format::ShardedDataset::Open(url, options));
   return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds)));
@@ -89,7 +92,8 @@ absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::
 #else
 
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                 bool skip_corrupt) {
+                                                                 bool skip_corrupt,
+                                                                 const std::string& direct_io) {
   return absl::UnimplementedError(
       StrCat("cannot open '", url, "': this build has no shard format layer (stoker_format)"));
 }

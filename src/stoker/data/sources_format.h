@@ -15,8 +15,9 @@ namespace stoker::data {
 
 // A converted stoker dataset (prefix, manifest.json or one .stk shard), read by sample index.
 // skip_corrupt: leave corrupt records out (counted by the format layer) instead of failing.
-absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                 bool skip_corrupt = false);
+// direct_io: "auto", "on" or "off": O_DIRECT for local files (format::DatasetOptions::direct_io).
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(
+    const std::string& url, bool skip_corrupt = false, const std::string& direct_io = "auto");
 
 // TFRecord (tar = false) or WebDataset tar (tar = true) files, one shard per URL.
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,

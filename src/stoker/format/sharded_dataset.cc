@@ -1,6 +1,9 @@
 #include "stoker/format/sharded_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -12,6 +15,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/shard_index.h"
+#include "stoker/io/local/local_store.h"
 #include "stoker/io/read/range_plan.h"
 #include "stoker/io/read/ranged_reader.h"
 #include "stoker/io/url.h"
@@ -86,6 +90,44 @@ io::ReaderOptions ReaderOptionsFor(io::ObjectStore& store, const DatasetOptions&
   return reader;
 }
 
+// Batched reads of local files: limits from the device's measured speed, the whole call handed
+// to the store as one batch (its engine bounds the reads in flight), no hedging (a local read
+// that is slow is slow because the device is busy; a second one would only add to that).
+io::ReaderOptions LocalReaderOptions(io::LocalStore& store, std::string_view probe_key) {
+  io::DeviceProfile device = store.Probe(probe_key);
+  io::CoalesceLimits limits = io::LocalCoalesceLimits(device.per_request, device.bytes_per_second);
+  io::ReaderOptions reader;
+  reader.max_hole = limits.max_hole;
+  reader.max_coalesced = limits.max_coalesced;
+  reader.max_parts_in_flight = 1 << 16;
+  reader.hedge = false;
+  return reader;
+}
+
+uint64_t PhysicalMemoryBytes() {
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+bool UseDirectIo(const DatasetOptions& options, uint64_t dataset_bytes) {
+  DatasetOptions::DirectIo mode = options.direct_io;
+  double share = options.direct_io_ram_share;
+  if (mode == DatasetOptions::DirectIo::kAuto) {
+    if (const char* env = std::getenv("STOKER_DIRECT_IO")) {
+      std::string_view value(env);
+      if (value == "on" || value == "1") mode = DatasetOptions::DirectIo::kOn;
+      if (value == "off" || value == "0") mode = DatasetOptions::DirectIo::kOff;
+    }
+    if (const char* env = std::getenv("STOKER_DIRECT_IO_RAM_SHARE")) {
+      double parsed = std::strtod(env, nullptr);
+      if (parsed > 0) share = parsed;
+    }
+  }
+  if (mode != DatasetOptions::DirectIo::kAuto) return mode == DatasetOptions::DirectIo::kOn;
+  uint64_t ram = PhysicalMemoryBytes();
+  return ram > 0 && static_cast<double>(dataset_bytes) > share * static_cast<double>(ram);
+}
+
 }  // namespace
 
 ShardedDataset::ShardedDataset(std::string base_url, std::shared_ptr<io::ObjectStore> store,
@@ -101,6 +143,8 @@ ShardedDataset::ShardedDataset(std::string base_url, std::shared_ptr<io::ObjectS
       reader_(std::make_shared<io::RangedReader>(store, ReaderOptionsFor(*store, options))) {}
 
 ShardedDataset::~ShardedDataset() = default;
+
+const io::ReaderOptions& ShardedDataset::reader_options() const { return reader_->options(); }
 
 std::string ShardedDataset::ShardUrl(size_t shard) const { return store_->Url(shard_keys_[shard]); }
 
@@ -179,6 +223,17 @@ absl::StatusOr<std::shared_ptr<ShardedDataset>> ShardedDataset::Open(
     indexes[s].index = Buffer();
   }
   std::string base_url = store->Url(prefix);
+  if (auto* local = dynamic_cast<io::LocalStore*>(store.get()); local != nullptr) {
+    // A store opened with O_DIRECT stays so; one through the page cache switches to the shared
+    // O_DIRECT store when direct I/O is asked for or the dataset is large (UseDirectIo).
+    if (!local->direct() && UseDirectIo(options, manifest.total_bytes)) {
+      store = io::LocalStore::Shared(/*direct=*/true);
+      local = static_cast<io::LocalStore*>(store.get());
+    }
+    if (!options.reader.has_value() && !keys.empty()) {
+      options.reader = LocalReaderOptions(*local, keys.front());
+    }
+  }
   return std::make_shared<ShardedDataset>(std::move(base_url), std::move(store), std::move(keys),
                                           std::move(manifest), std::move(builder).Build(), options);
 }

@@ -12,6 +12,7 @@
 
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_writer.h"
+#include "stoker/io/local/local_store.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/io/url.h"
 #include "stoker/testing/latency_store.h"
@@ -223,6 +224,118 @@ TEST(DatasetTest, BadShardsAndManifestsFailAtOpen) {
   ds = ShardedDataset::Open(dir.path() + "/nothing-here");
   EXPECT_EQ(ds.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(ds.status().message(), HasSubstr("stoker convert"));
+}
+
+// The local engines (io_uring and pread, page cache and O_DIRECT) read the same samples: random
+// batches plus the last sample of every shard (unaligned records that end where the shard's
+// index begins).
+TEST(DatasetTest, LocalEnginesReadIdenticalSamples) {
+  TempDir dir;
+  auto manifest = WriteDataset(dir.path(), 400, 100 << 10);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_GT(manifest->shards.size(), 3u);
+  std::vector<uint64_t> last_of_shard;
+  uint64_t end = 0;
+  for (const auto& shard : manifest->shards) last_of_shard.push_back((end += shard.samples) - 1);
+  for (auto engine :
+       {io::LocalStoreOptions::Engine::kUring, io::LocalStoreOptions::Engine::kPread}) {
+    for (bool direct : {false, true}) {
+      io::LocalStoreOptions options;
+      options.engine = engine;
+      options.direct = direct;
+      auto store = std::make_shared<io::LocalStore>(options);
+      auto ds = ShardedDataset::Open(store, dir.path().substr(1) + "/");
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      EXPECT_EQ(&(*ds)->store(), store.get());
+      std::mt19937 rng(9);
+      for (int round = 0; round < 8; ++round) {
+        std::vector<uint64_t> indices = last_of_shard;
+        for (int i = 0; i < 100; ++i) indices.push_back(rng() % 400);
+        auto batch = (*ds)->ReadSamples(indices);
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        ASSERT_EQ(batch->size(), indices.size());
+        for (size_t j = 0; j < indices.size(); ++j) {
+          Sample expected = MakeSample(indices[j]);
+          ASSERT_EQ((*batch)[j].key, expected.key) << store->engine() << " direct=" << direct;
+          ASSERT_EQ((*batch)[j].fields, expected.fields) << store->engine() << " direct=" << direct;
+        }
+      }
+    }
+  }
+}
+
+// Direct I/O: on when asked, off when asked, and under kAuto when the dataset exceeds the given
+// share of RAM (here a tiny share, through the environment variable); the samples are the same.
+TEST(DatasetTest, DirectIoChoice) {
+  TempDir dir;
+  ASSERT_TRUE(WriteDataset(dir.path(), 50, 64 << 10).ok());
+  auto direct = [&](DatasetOptions options) {
+    auto ds = ShardedDataset::Open(dir.path(), options);
+    EXPECT_TRUE(ds.ok()) << ds.status();
+    auto* local = dynamic_cast<io::LocalStore*>(&(*ds)->store());
+    EXPECT_NE(local, nullptr);
+    auto sample = (*ds)->ReadSample(7);
+    EXPECT_TRUE(sample.ok()) << sample.status();
+    EXPECT_EQ(sample->fields, MakeSample(7).fields);
+    return local != nullptr && local->direct();
+  };
+  EXPECT_FALSE(direct({}));  // a few KB: far below half the RAM
+  EXPECT_TRUE(direct({.direct_io = DatasetOptions::DirectIo::kOn}));
+  setenv("STOKER_DIRECT_IO_RAM_SHARE", "1e-12", 1);
+  EXPECT_TRUE(direct({}));
+  EXPECT_FALSE(direct({.direct_io = DatasetOptions::DirectIo::kOff}));
+  setenv("STOKER_DIRECT_IO", "off", 1);
+  EXPECT_FALSE(direct({}));
+  unsetenv("STOKER_DIRECT_IO");
+  unsetenv("STOKER_DIRECT_IO_RAM_SHARE");
+}
+
+// A shard cut short after the dataset was opened, and a read that fails in the kernel, are
+// errors naming the shard and the offset, with every engine.
+TEST(DatasetTest, LocalTruncatedShardAndReadErrorNameShardAndOffset) {
+  TempDir dir;
+  auto manifest = WriteDataset(dir.path(), 100, 1 << 20);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::string shard = dir.path() + "/" + manifest->shards[0].name;
+  for (auto engine :
+       {io::LocalStoreOptions::Engine::kUring, io::LocalStoreOptions::Engine::kPread}) {
+    for (bool direct : {false, true}) {
+      SCOPED_TRACE(StrCat(engine == io::LocalStoreOptions::Engine::kUring ? "io_uring" : "pread",
+                          direct ? " direct" : ""));
+      io::LocalStoreOptions options;
+      options.engine = engine;
+      options.direct = direct;
+      uint64_t fail_at = ~uint64_t{0};
+      options.inject_error = [&fail_at](std::string_view, uint64_t offset) {
+        return offset == fail_at ? EIO : 0;
+      };
+      auto store = std::make_shared<io::LocalStore>(options);
+      auto ds = ShardedDataset::Open(store, dir.path().substr(1) + "/");
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      SampleLocation loc = (*ds)->directory().location(50);
+      fail_at = direct ? loc.offset / 4096 * 4096 : loc.offset;
+      auto failed = (*ds)->ReadSamples({50});
+      ASSERT_FALSE(failed.ok());
+      EXPECT_THAT(failed.status().message(), HasSubstr(shard));
+      EXPECT_THAT(failed.status().message(), HasSubstr(StrCat("at offset ", fail_at)));
+      EXPECT_THAT(failed.status().message(), HasSubstr("Input/output error"));
+      fail_at = ~uint64_t{0};
+
+      std::string original;
+      {
+        std::ifstream in(shard, std::ios::binary);
+        original.assign(std::istreambuf_iterator<char>(in), {});
+      }
+      std::filesystem::resize_file(shard, loc.offset + loc.length / 2);
+      auto truncated = (*ds)->ReadSamples({49, 50});
+      ASSERT_FALSE(truncated.ok());
+      EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(truncated.status().message(), HasSubstr(shard));
+      EXPECT_THAT(truncated.status().message(), HasSubstr(StrCat("offset ", loc.offset)));
+      EXPECT_THAT(truncated.status().message(), HasSubstr("truncated"));
+      std::ofstream(shard, std::ios::binary | std::ios::trunc) << original;
+    }
+  }
 }
 
 TEST(DatasetTest, WrongMagicOrVersionFailsUpFront) {

@@ -16,6 +16,12 @@ absl::StatusOr<Buffer> ObjectStore::Read(std::string_view key, ByteRange range) 
   });
 }
 
+void ObjectStore::ReadBatchAsync(std::vector<ReadRequest> requests,
+                                 std::vector<ReadCallback> done) {
+  for (size_t i = 0; i < requests.size(); ++i)
+    ReadAsync(std::move(requests[i]), std::move(done[i]));
+}
+
 absl::Status ObjectStore::Put(std::string_view key, Buffer data) {
   ASSIGN_OR_RETURN(auto writer, OpenWriter(key));
   RETURN_IF_ERROR(writer->Append(std::move(data)));

@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "stoker/core/strings.h"
 
 namespace stoker::io {
 namespace {
@@ -67,6 +73,182 @@ TEST_F(LocalStoreTest, ListAndErrors) {
   ASSERT_TRUE(store_.Delete(prefix_ + "a").ok());
   ASSERT_TRUE(store_.Delete(prefix_ + "a").ok());
   EXPECT_EQ(store_.Stat(prefix_ + "a").status().code(), absl::StatusCode::kNotFound);
+}
+
+std::string RandomBytes(size_t size, uint64_t seed) {
+  std::string s(size, '\0');
+  std::mt19937_64 rng(seed);
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// Reads `requests` as one ReadBatchAsync and waits for every answer.
+std::vector<absl::StatusOr<Buffer>> ReadBatch(LocalStore& store,
+                                              std::vector<ReadRequest> requests) {
+  std::vector<absl::StatusOr<Buffer>> results(requests.size());
+  absl::Mutex mu;
+  size_t left = requests.size();
+  std::vector<ReadCallback> callbacks;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    callbacks.push_back([&, i](absl::StatusOr<Buffer> result) {
+      absl::MutexLock lock(&mu);
+      results[i] = std::move(result);
+      --left;
+    });
+  }
+  store.ReadBatchAsync(std::move(requests), std::move(callbacks));
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](size_t* n) { return *n == 0; }, &left));
+  return results;
+}
+
+LocalStoreOptions Engine(LocalStoreOptions::Engine engine, bool direct) {
+  LocalStoreOptions options;
+  options.engine = engine;
+  options.direct = direct;
+  options.io_threads = 2;
+  return options;
+}
+
+// Every engine (io_uring and pread, through the page cache and O_DIRECT) returns the same bytes as
+// the file holds, for random batches of unaligned ranges over files whose sizes are not multiples
+// of the block size, including ranges that run past a file's end and empty ones at the end.
+TEST_F(LocalStoreTest, EnginesReturnIdenticalBytesForRandomBatches) {
+  std::vector<std::string> contents;
+  for (size_t size : {size_t{1}, size_t{4095}, size_t{4097}, size_t{100'003}, size_t{1'048'579}}) {
+    contents.push_back(RandomBytes(size, size));
+    ASSERT_TRUE(store_.Put(prefix_ + StrCat("f", size), Buffer::Copy(contents.back())).ok());
+  }
+  std::vector<std::unique_ptr<LocalStore>> stores;
+  for (auto engine : {LocalStoreOptions::Engine::kUring, LocalStoreOptions::Engine::kPread}) {
+    for (bool direct : {false, true}) {
+      stores.push_back(std::make_unique<LocalStore>(Engine(engine, direct)));
+    }
+  }
+  EXPECT_EQ(stores[0]->engine(), "io_uring") << "io_uring is unavailable on this machine";
+  EXPECT_EQ(stores[2]->engine(), "pread");
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<ReadRequest> requests;
+    std::vector<std::string> expected;
+    int count = 1 + static_cast<int>(rng() % 200);
+    for (int i = 0; i < count; ++i) {
+      size_t f = rng() % contents.size();
+      const std::string& c = contents[f];
+      uint64_t offset = rng() % c.size();
+      uint64_t length = rng() % 3 == 0 ? (c.size() - offset) + rng() % 9000  // past the end
+                                       : rng() % (c.size() - offset + 1);
+      if (rng() % 10 == 0) length = ByteRange::kToEnd;
+      if (rng() % 20 == 0) offset = c.size(), length = 0;  // empty, exactly at the end
+      requests.push_back({prefix_ + StrCat("f", c.size()), {offset, length}, ""});
+      expected.push_back(
+          c.substr(offset, length == ByteRange::kToEnd ? std::string::npos : length));
+    }
+    for (auto& store : stores) {
+      auto results = ReadBatch(*store, requests);
+      for (size_t i = 0; i < results.size(); ++i) {
+        ASSERT_TRUE(results[i].ok()) << results[i].status();
+        ASSERT_EQ(results[i]->view(), expected[i])
+            << store->engine() << (store->direct() ? " direct" : "") << " request " << i << ": "
+            << requests[i].key << " at " << requests[i].range.offset;
+      }
+    }
+  }
+  // Errors are per request: a missing file and a range past the end fail only themselves.
+  for (auto& store : stores) {
+    auto results = ReadBatch(*store, {{prefix_ + "f4095", {10, 5}, ""},
+                                      {prefix_ + "missing", {0, 5}, ""},
+                                      {prefix_ + "f4095", {5000, 5}, ""}});
+    ASSERT_TRUE(results[0].ok());
+    EXPECT_EQ(results[0]->view(), contents[1].substr(10, 5));
+    EXPECT_EQ(results[1].status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(results[2].status().code(), absl::StatusCode::kOutOfRange);
+  }
+}
+
+TEST_F(LocalStoreTest, FallsBackToPreadWhenIoUringSetupFails) {
+  // More entries than io_uring_setup accepts (32768): the ring cannot be created.
+  LocalStoreOptions options;
+  options.ring_entries = 1u << 20;
+  LocalStore store(options);
+  EXPECT_EQ(store.engine(), "pread");
+  std::string bytes = RandomBytes(10'000, 3);
+  ASSERT_TRUE(store.Put(prefix_ + "x", Buffer::Copy(bytes)).ok());
+  auto results =
+      ReadBatch(store, {{prefix_ + "x", {1, 9000}, ""}, {prefix_ + "x", {9999, 50}, ""}});
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  EXPECT_EQ(results[0]->view(), bytes.substr(1, 9000));
+  EXPECT_EQ(results[1]->view(), bytes.substr(9999));
+}
+
+TEST_F(LocalStoreTest, ReadErrorNamesFileAndOffset) {
+  std::string bytes = RandomBytes(50'000, 4);
+  ASSERT_TRUE(store_.Put(prefix_ + "y", Buffer::Copy(bytes)).ok());
+  for (auto engine : {LocalStoreOptions::Engine::kUring, LocalStoreOptions::Engine::kPread}) {
+    for (bool direct : {false, true}) {
+      LocalStoreOptions options = Engine(engine, direct);
+      options.inject_error = [](std::string_view, uint64_t offset) {
+        return offset >= 20'000 && offset < 30'000 ? EIO : 0;
+      };
+      LocalStore store(options);
+      auto results =
+          ReadBatch(store, {{prefix_ + "y", {0, 1000}, ""}, {prefix_ + "y", {25'000, 100}, ""}});
+      ASSERT_TRUE(results[0].ok()) << results[0].status();
+      EXPECT_EQ(results[0]->view(), bytes.substr(0, 1000));
+      ASSERT_FALSE(results[1].ok());
+      std::string message(results[1].status().message());
+      EXPECT_THAT(message, ::testing::HasSubstr(root_.string() + "/y at offset "));
+      EXPECT_THAT(message, ::testing::HasSubstr(direct ? "at offset 24576" : "at offset 25000"));
+      EXPECT_THAT(message, ::testing::HasSubstr("Input/output error"));
+    }
+  }
+}
+
+TEST_F(LocalStoreTest, ConcurrentBatchesFromManyThreads) {
+  std::string bytes = RandomBytes(1 << 20, 5);
+  ASSERT_TRUE(store_.Put(prefix_ + "z", Buffer::Copy(bytes)).ok());
+  LocalStore store(Engine(LocalStoreOptions::Engine::kUring, false));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int round = 0; round < 20; ++round) {
+        std::vector<ReadRequest> requests;
+        for (int i = 0; i < 50; ++i) {
+          uint64_t offset = rng() % bytes.size(), length = rng() % 20000;
+          requests.push_back({prefix_ + "z", {offset, length}, ""});
+        }
+        auto results = ReadBatch(store, requests);
+        for (size_t i = 0; i < results.size(); ++i) {
+          if (!results[i].ok() || results[i]->view() != bytes.substr(requests[i].range.offset,
+                                                                     requests[i].range.length)) {
+            ++mismatches;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST_F(LocalStoreTest, ProbeMeasuresTheDeviceOnce) {
+  ASSERT_TRUE(store_.Put(prefix_ + "big", Buffer::Copy(RandomBytes(8 << 20, 6))).ok());
+  LocalStore store(Engine(LocalStoreOptions::Engine::kUring, false));
+  DeviceProfile first = store.Probe(prefix_ + "big");
+  EXPECT_TRUE(first.measured);
+  EXPECT_GT(first.bytes_per_second, 0);
+  EXPECT_GT(first.per_request, absl::ZeroDuration());
+  DeviceProfile again = store.Probe(prefix_ + "big");
+  EXPECT_EQ(again.per_request, first.per_request);
+  // Too small to measure: the documented defaults.
+  ASSERT_TRUE(store_.Put(prefix_ + "small", Buffer::Copy("tiny")).ok());
+  LocalStore other(Engine(LocalStoreOptions::Engine::kPread, true));
+  DeviceProfile small = other.Probe(prefix_ + "small");
+  EXPECT_FALSE(small.measured);
+  EXPECT_EQ(small.per_request, absl::Microseconds(100));
 }
 
 }  // namespace

@@ -59,6 +59,12 @@ CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes
   return {hole_bytes, 3 * hole_bytes};
 }
 
+CoalesceLimits LocalCoalesceLimits(absl::Duration per_request, double bytes_per_second) {
+  CoalesceLimits limits = CoalesceLimitsFor(per_request, bytes_per_second);
+  limits.max_coalesced = std::max<uint64_t>(3 * limits.max_hole, 1 << 20);
+  return limits;
+}
+
 ReadAheadWindow::ReadAheadWindow(uint64_t initial, uint64_t max, bool tolerate_reorder)
     : initial_(initial),
       max_(std::max(initial, max)),

@@ -51,6 +51,17 @@ struct CoalesceLimits {
 };
 CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes_per_second);
 
+// Limits for a local device read by a batched engine (docs/reads.md, "Local devices"), from
+// LocalStore::Probe's figures: `per_request` is the device time one more small read costs when 32
+// are in flight (not the time to first byte: a batch keeps the queue full, so a separate request
+// costs only its share of the device's request rate), `bytes_per_second` the bandwidth of large
+// reads.
+//   max_hole = per_request × bandwidth: a gap is read through only when that is cheaper than the
+//     extra request, so a batch is never slower than one read per range.
+//   max_coalesced = max(3 × max_hole, 1 MiB): larger merged reads gain nothing and would put more
+//     of a batch on one ring (one core copying from the page cache).
+CoalesceLimits LocalCoalesceLimits(absl::Duration per_request, double bytes_per_second);
+
 // A sequential reader's prefetch window: starts at `initial` bytes, doubles on each read that
 // continues where the previous one ended, up to `max`, and falls back to `initial` on a seek.
 //

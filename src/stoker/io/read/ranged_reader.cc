@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -101,6 +102,9 @@ class RangedReader::Impl {
  private:
   void Pump(const std::shared_ptr<ReadCall>& call);
   void IssueAttempt(const std::shared_ptr<ReadCall>& call, size_t part, bool hedge);
+  // Counts the attempt as outstanding, arms its hedge timer and returns its request and callback.
+  std::pair<ReadRequest, ReadCallback> PrepareAttempt(const std::shared_ptr<ReadCall>& call,
+                                                      size_t part, bool hedge);
   void OnAttemptDone(const std::shared_ptr<ReadCall>& call, size_t part, absl::Time started,
                      absl::StatusOr<Buffer> result);
   void Finish(const std::shared_ptr<ReadCall>& call);
@@ -160,12 +164,32 @@ void RangedReader::Impl::Pump(const std::shared_ptr<ReadCall>& call) {
         return;
       }
     }
-    for (size_t p : to_issue) IssueAttempt(call, p, /*hedge=*/false);
+    if (to_issue.size() == 1) {
+      IssueAttempt(call, to_issue[0], /*hedge=*/false);
+      continue;
+    }
+    // Several parts at once: one batch, so a store that can submit them together does.
+    std::vector<ReadRequest> requests;
+    std::vector<ReadCallback> callbacks;
+    requests.reserve(to_issue.size());
+    callbacks.reserve(to_issue.size());
+    for (size_t p : to_issue) {
+      auto [request, callback] = PrepareAttempt(call, p, /*hedge=*/false);
+      requests.push_back(std::move(request));
+      callbacks.push_back(std::move(callback));
+    }
+    store_->ReadBatchAsync(std::move(requests), std::move(callbacks));
   }
 }
 
 void RangedReader::Impl::IssueAttempt(const std::shared_ptr<ReadCall>& call, size_t part,
                                       bool hedge) {
+  auto [request, callback] = PrepareAttempt(call, part, hedge);
+  store_->ReadAsync(std::move(request), std::move(callback));
+}
+
+std::pair<ReadRequest, ReadCallback> RangedReader::Impl::PrepareAttempt(
+    const std::shared_ptr<ReadCall>& call, size_t part, bool hedge) {
   ByteRange range;
   {
     absl::MutexLock lock(&call->mu);
@@ -180,13 +204,13 @@ void RangedReader::Impl::IssueAttempt(const std::shared_ptr<ReadCall>& call, siz
     absl::Duration delay = TrackerFor(range).HedgeDelay();
     if (delay != absl::InfiniteDuration()) ScheduleHedge(call, part, started + delay);
   }
-  store_->ReadAsync(ReadRequest{call->key, range, call->if_match},
-                    [this, call, part, started](absl::StatusOr<Buffer> result) {
-                      OnAttemptDone(call, part, started, std::move(result));
-                      // Last: the destructor may proceed once this reaches zero.
-                      absl::MutexLock lock(&mu_);
-                      if (--outstanding_ == 0) cv_.SignalAll();
-                    });
+  ReadCallback callback = [this, call, part, started](absl::StatusOr<Buffer> result) {
+    OnAttemptDone(call, part, started, std::move(result));
+    // Last: the destructor may proceed once this reaches zero.
+    absl::MutexLock lock(&mu_);
+    if (--outstanding_ == 0) cv_.SignalAll();
+  };
+  return {ReadRequest{call->key, range, call->if_match}, std::move(callback)};
 }
 
 void RangedReader::Impl::OnAttemptDone(const std::shared_ptr<ReadCall>& call, size_t part,
