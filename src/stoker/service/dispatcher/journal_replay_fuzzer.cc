@@ -1,7 +1,9 @@
-// Fuzz target: arbitrary bytes as the dispatcher's journal file (WORK_DIR/journal.jsonl), as a
-// restarted dispatcher replays it: Journal::ReadAll, then DispatcherState::Apply of every update.
-// Also every line that parses as JSON, whatever the lines around it, goes straight to Apply (so
-// wrong types, missing fields, huge or negative numbers and unknown ids reach every update type).
+// Fuzz target: arbitrary bytes as the dispatcher's journal file (WORK_DIR/journal.log), as a
+// restarted dispatcher replays it: Journal::Open (which cuts a torn tail off), Journal::ReadAll,
+// then DispatcherState::Apply of every update. A second open must find the file whole and read
+// the same updates (restarts agree). Also every line whose text from its first '{' parses as JSON,
+// whatever the framing and the lines around it, goes straight to Apply (so wrong types, missing
+// fields, huge or negative numbers and unknown ids reach every update type).
 //
 // Nothing may crash or hit undefined behaviour, and the state must keep the invariants the
 // dispatcher relies on after any sequence of updates, accepted or rejected:
@@ -96,19 +98,38 @@ void ApplyAll(DispatcherState* state, const nlohmann::json& update) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  const std::string path = WorkDir() + "/journal.jsonl";
+  const std::string path = WorkDir() + "/journal.log";
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
   }
   auto journal = stoker::service::Journal::Open(WorkDir());
-  if (!journal.ok()) Fail(journal.status().ToString());
-  auto updates = (*journal)->ReadAll();
-  if (updates.ok()) {
-    DispatcherState state;
-    for (const nlohmann::json& u : *updates) ApplyAll(&state, u);
-  } else if (updates.status().message().empty()) {
-    Fail("an unreadable journal without a message");
+  if (!journal.ok()) {
+    if (!absl::IsDataLoss(journal.status()) || journal.status().message().empty())
+      Fail("a damaged journal must be DataLoss with a message: " + journal.status().ToString());
+  } else {
+    auto updates = (*journal)->ReadAll();
+    if (updates.ok()) {
+      DispatcherState state;
+      for (const nlohmann::json& u : *updates) ApplyAll(&state, u);
+    } else if (updates.status().message().empty()) {
+      Fail("an unreadable journal without a message");
+    }
+    journal->reset();
+    // The restart after this one: the tail is gone, so the file is whole and reads the same.
+    std::ifstream in(path, std::ios::binary);
+    std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t valid_end = 0;
+    auto payloads = stoker::service::Journal::ScanRecords(kept, &valid_end);
+    if (valid_end != kept.size()) Fail("open left a damaged tail in the file");
+    if (kept.size() > text.size() || text.substr(0, kept.size()) != kept)
+      Fail("open changed the records it kept");
+    auto again = stoker::service::Journal::Open(WorkDir());
+    if (!again.ok()) Fail("the second open failed: " + again.status().ToString());
+    auto updates_again = (*again)->ReadAll();
+    if (updates.ok() != updates_again.ok() ||
+        (updates.ok() && *updates != *updates_again))
+      Fail("two restarts read different updates");
   }
 
   // Every parseable line straight to Apply, skipping the ones that do not parse.
@@ -117,7 +138,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) nl = text.size();
-    auto u = nlohmann::json::parse(text.begin() + pos, text.begin() + nl, nullptr, false);
+    size_t brace = text.find('{', pos);
+    if (brace > nl) brace = nl;
+    auto u = nlohmann::json::parse(text.begin() + brace, text.begin() + nl, nullptr, false);
     if (!u.is_discarded()) ApplyAll(&state, u);
     pos = nl + 1;
   }
