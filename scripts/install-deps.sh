@@ -14,6 +14,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
   # python (Debian's /usr/bin/python3; there is no PyPI here)
   python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pybind11 python3-matplotlib
+  python3-pil imagemagick
   python3-pip python3-setuptools python3-wheel
   # servers and peers used by tests and benchmarks
   swift swift-proxy swift-object swift-container swift-account python3-swift memcached

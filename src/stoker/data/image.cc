@@ -6,10 +6,14 @@
 #include <stdio.h>  // jpeglib.h needs FILE
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::data {
@@ -29,32 +33,254 @@ bool IsPng(const Buffer& b) {
   return b.size() >= 8 && std::memcmp(b.data(), kSig, 8) == 0;
 }
 
+bool IsJpeg(const Buffer& b) {
+  return b.size() >= 3 && b.data()[0] == 0xFF && b.data()[1] == 0xD8;
+}
+
+constexpr int64_t kMaxPixels = int64_t{1} << 28;
+
+// Rec. 601 luma in 16-bit fixed point, rounded: what libjpeg does for RGB -> grayscale and what
+// Pillow's convert("L") does.
+inline uint8_t Luma(int r, int g, int b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 32768) >> 16);
+}
+
+// (a * b) / 255 rounded, as Pillow's MULDIV255.
+inline int MulDiv255(int a, int b) {
+  int t = a * b + 128;
+  return ((t >> 8) + t) >> 8;
+}
+
+// One row of CMYK (as Pillow reads it: ink amounts, 0 = no ink) to RGB or grey; Pillow's formula:
+// R = (255 - C) * (255 - K) / 255. Adobe's CMYK JPEGs store inverted values (`inverted`).
+void CmykRow(const uint8_t* in, int width, bool inverted, int channels, uint8_t* out) {
+  for (int x = 0; x < width; ++x, in += 4) {
+    int c = in[0], m = in[1], y = in[2], k = in[3];
+    if (inverted) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+    const int nk = 255 - k;
+    const int r = std::clamp(nk - MulDiv255(c, nk), 0, 255);
+    const int g = std::clamp(nk - MulDiv255(m, nk), 0, 255);
+    const int b = std::clamp(nk - MulDiv255(y, nk), 0, 255);
+    if (channels == 1) {
+      *out++ = Luma(r, g, b);
+    } else {
+      *out++ = static_cast<uint8_t>(r);
+      *out++ = static_cast<uint8_t>(g);
+      *out++ = static_cast<uint8_t>(b);
+    }
+  }
+}
+
+// ---- PNG (libpng's low-level API: no gamma handling, so values are not brightened) ----
+
+struct PngInput {
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+};
+
+void ReadPngBytes(png_structp png, png_bytep out, size_t n) {
+  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
+  if (n > in->size - in->pos) png_error(png, "truncated PNG (the data ends inside a chunk)");
+  std::memcpy(out, in->data + in->pos, n);
+  in->pos += n;
+}
+
+void OnPngError(png_structp png, png_const_charp message) {
+  auto* text = static_cast<std::string*>(png_get_error_ptr(png));
+  *text = message;
+  png_longjmp(png, 1);
+}
+void OnPngWarning(png_structp, png_const_charp) {}  // ancillary-chunk problems do not touch pixels
+
+// The part of DecodePng that may longjmp out; everything it allocates is owned by `pixels`/`rgb`
+// (plain buffers) or by libpng's structs, which the caller frees.
+void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels,
+             std::vector<uint8_t>* rgb, int* width, int* height) {
+  png_read_info(png, info);
+  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  if (w == 0 || h == 0 || w > 65535 || h > 65535 || int64_t{w} * h > kMaxPixels) {
+    png_error(png, "PNG has an unsupported size");
+  }
+  const int color = png_get_color_type(png, info);
+  const int depth = png_get_bit_depth(png, info);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16) png_set_scale_16(png);  // round(v / 257)
+  if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);  // as Pillow's convert("RGB")
+  const bool source_grey = (color & PNG_COLOR_MASK_COLOR) == 0;
+  if (source_grey && channels == 3) png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const int got = png_get_channels(png, info);
+  const size_t row_bytes = png_get_rowbytes(png, info);
+  if ((got != 1 && got != 3) || row_bytes != size_t{w} * got) png_error(png, "unexpected PNG layout");
+  *width = static_cast<int>(w);
+  *height = static_cast<int>(h);
+  *pixels = UninitBuffer(size_t{w} * h * channels);
+  // RGB read for a grey output: convert with Rec. 601 weights afterwards, as for JPEG.
+  uint8_t* target = pixels->data();
+  if (got != channels) {
+    rgb->resize(row_bytes * h);
+    target = rgb->data();
+  }
+  std::vector<png_bytep> rows(h);
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = target + row_bytes * y;
+  png_read_image(png, rows.data());
+}
+
 absl::StatusOr<Tensor> DecodePng(const Buffer& bytes, int channels) {
-  png_image image;
-  std::memset(&image, 0, sizeof(image));
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
-    return absl::InvalidArgumentError(StrCat("cannot decode PNG: ", image.message));
+  std::string message;
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &message, OnPngError,
+                                           OnPngWarning);
+  if (png == nullptr) return absl::InternalError("cannot create a PNG decoder");
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return absl::InternalError("cannot create a PNG decoder");
   }
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  if (image.width == 0 || image.height == 0 || image.width > 65535 || image.height > 65535) {
-    png_image_free(&image);
-    return absl::InvalidArgumentError("PNG has an unsupported size");
-  }
-  MutableBuffer out(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out.data(), 0, nullptr)) {
-    std::string message = image.message;
-    png_image_free(&image);
+  PngInput input{bytes.data(), bytes.size(), 0};
+  png_set_read_fn(png, &input, ReadPngBytes);
+  UninitBuffer pixels;
+  std::vector<uint8_t> rgb;
+  int width = 0, height = 0;
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
     return absl::InvalidArgumentError(StrCat("cannot decode PNG: ", message));
   }
-  Tensor t{DType::kUint8, {image.height, image.width, channels}, std::move(out).Finish()};
-  return t;
+  ReadPng(png, info, channels, &pixels, &rgb, &width, &height);
+  png_destroy_read_struct(&png, &info, nullptr);
+  if (!rgb.empty()) {
+    const uint8_t* in = rgb.data();
+    uint8_t* out = pixels.data();
+    for (size_t i = 0, n = size_t{static_cast<size_t>(width)} * height; i < n; ++i, in += 3) {
+      out[i] = Luma(in[0], in[1], in[2]);
+    }
+  }
+  return Tensor{DType::kUint8, {height, width, channels}, std::move(pixels).Finish()};
+}
+
+// ---- JPEG (libjpeg-turbo's libjpeg API; warnings are checked) ----
+
+struct JpegErrors {
+  jpeg_error_mgr manager;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool corrupt = false;  // stopped on a warning (damaged data), not on an error
+};
+
+void OnJpegError(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  longjmp(errors->jump, 1);
+}
+
+// libjpeg reports damaged data (a truncated file, a bad Huffman code, a missing restart marker) as
+// warnings and goes on with grey or garbled pixels. Those are errors here. Only warnings about
+// metadata or stray bytes between segments, with every pixel intact, are let through.
+void OnJpegMessage(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  switch (cinfo->err->msg_code) {
+    case JWRN_EXTRANEOUS_DATA:  // junk between markers (common in the wild; pixels intact)
+    case JWRN_JFIF_MAJOR:
+    case JWRN_ADOBE_XFORM:
+    case JWRN_BOGUS_ICC:
+      return;
+    default:
+      break;
+  }
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  errors->corrupt = true;
+  longjmp(errors->jump, 1);
+}
+
+// The part of the JPEG decode that may longjmp out (through OnJpegError/OnJpegMessage); it keeps
+// no state of its own, so nothing is lost when it does. With `full`, the whole image is decoded.
+struct RegionRead {
+  int x = 0, y = 0, w = 0, h = 0;
+  bool full = false;
+  int rows = 0;
+};
+void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, int scale_num,
+              int scale_denom, RegionRead* region, UninitBuffer* pixels, std::vector<uint8_t>* cmyk_row) {
+  jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(cinfo, TRUE);
+  const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  cinfo->out_color_space = cmyk ? JCS_CMYK : channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo->scale_num = static_cast<unsigned int>(scale_num);
+  cinfo->scale_denom = static_cast<unsigned int>(scale_denom);
+  cinfo->dct_method = JDCT_ISLOW;
+  jpeg_calc_output_dimensions(cinfo);
+  if (int64_t{cinfo->output_width} * cinfo->output_height > kMaxPixels) {
+    std::snprintf(reinterpret_cast<JpegErrors*>(cinfo->err)->message, JMSG_LENGTH_MAX,
+                  "unsupported size %ux%u", cinfo->image_width, cinfo->image_height);
+    longjmp(reinterpret_cast<JpegErrors*>(cinfo->err)->jump, 1);
+  }
+  jpeg_start_decompress(cinfo);
+  const int full_w = static_cast<int>(cinfo->output_width);
+  const int full_h = static_cast<int>(cinfo->output_height);
+  if (region->full) {
+    region->x = 0, region->y = 0, region->w = full_w, region->h = full_h;
+  }
+  region->x = std::clamp(region->x, 0, full_w - 1);
+  region->y = std::clamp(region->y, 0, full_h - 1);
+  region->w = std::clamp(region->w, 1, full_w - region->x);
+  region->h = std::clamp(region->h, 1, full_h - region->y);
+  JDIMENSION x_offset = static_cast<JDIMENSION>(region->x);
+  JDIMENSION width = static_cast<JDIMENSION>(region->w);
+  if (region->x > 0 || region->w < full_w) jpeg_crop_scanline(cinfo, &x_offset, &width);
+  region->x = static_cast<int>(x_offset);
+  region->w = static_cast<int>(width);
+  if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
+  const int out_w = static_cast<int>(cinfo->output_width);
+  const size_t row_bytes = static_cast<size_t>(out_w) * channels;
+  *pixels = UninitBuffer(row_bytes * region->h);
+  if (cmyk) cmyk_row->resize(static_cast<size_t>(out_w) * 4);
+  while (region->rows < region->h) {
+    uint8_t* dst = pixels->data() + row_bytes * region->rows;
+    JSAMPROW row = cmyk ? cmyk_row->data() : dst;
+    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
+    if (cmyk) CmykRow(cmyk_row->data(), out_w, cinfo->saw_Adobe_marker, channels, dst);
+    ++region->rows;
+  }
+}
+
+// Holds the setjmp; everything it touches after setjmp lives in memory (no clobbering).
+absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, int scale_num,
+                                             int scale_denom, RegionRead& region) {
+  jpeg_decompress_struct cinfo;
+  JpegErrors errors;
+  UninitBuffer pixels;
+  std::vector<uint8_t> cmyk_row;
+  cinfo.err = jpeg_std_error(&errors.manager);
+  errors.manager.error_exit = OnJpegError;
+  errors.manager.emit_message = OnJpegMessage;
+  errors.message[0] = '\0';
+  if (setjmp(errors.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(StrCat(errors.corrupt ? "corrupt JPEG: " : "cannot decode JPEG: ",
+                                             errors.message, " (", bytes.size(), " bytes)"));
+  }
+  jpeg_create_decompress(&cinfo);
+  ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &cmyk_row);
+  jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
+  jpeg_destroy_decompress(&cinfo);
+  if (region.rows < region.h) {
+    return absl::InvalidArgumentError(
+        StrCat("corrupt JPEG: truncated (", region.rows, " of ", region.h, " rows)"));
+  }
+  DecodedRegion out;
+  out.image = Tensor{DType::kUint8, {region.h, region.w, channels}, std::move(pixels).Finish()};
+  out.x = region.x;
+  out.y = region.y;
+  return out;
 }
 
 }  // namespace
 
 std::optional<ImageSize> JpegSize(const Buffer& bytes) {
-  if (bytes.size() < 3 || bytes.data()[0] != 0xFF || bytes.data()[1] != 0xD8) return std::nullopt;
+  if (!IsJpeg(bytes)) return std::nullopt;
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(Decompressor(), bytes.data(), bytes.size(), &w, &h, &subsamp,
                           &colorspace) != 0) {
@@ -77,110 +303,23 @@ std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h) {
 absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_num,
                                    int scale_denom) {
   if (IsPng(bytes)) return DecodePng(bytes, channels);
-  tjhandle tj = Decompressor();
-  int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  if (bytes.size() < 3 || bytes.data()[0] != 0xFF || bytes.data()[1] != 0xD8 ||
-      tjDecompressHeader3(tj, bytes.data(), bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
+  if (!IsJpeg(bytes)) {
     return absl::InvalidArgumentError(StrCat("not a JPEG or PNG image (", bytes.size(), " bytes)"));
   }
-  tjscalingfactor sf{scale_num, scale_denom};
-  int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-  if (sw <= 0 || sh <= 0 || static_cast<int64_t>(sw) * sh > (int64_t{1} << 28)) {
-    return absl::InvalidArgumentError(StrCat("JPEG has an unsupported size ", w, "x", h));
+  if (scale_num < 1 || scale_denom < 1 || scale_num > 16 || scale_denom > 16) {
+    return absl::InvalidArgumentError(
+        StrCat("unsupported JPEG scale ", scale_num, "/", scale_denom));
   }
-  UninitBuffer out(static_cast<size_t>(sw) * sh * channels);
-  int format = channels == 1 ? TJPF_GRAY : TJPF_RGB;
-  if (tjDecompress2(tj, bytes.data(), bytes.size(), out.data(), sw, 0, sh, format, 0) != 0 &&
-      tjGetErrorCode(tj) == TJERR_FATAL) {
-    return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", tjGetErrorStr2(tj)));
-  }
-  return Tensor{DType::kUint8, {sh, sw, channels}, std::move(out).Finish()};
+  RegionRead region;
+  region.full = true;
+  ASSIGN_OR_RETURN(DecodedRegion decoded, DecodeJpegImpl(bytes, channels, scale_num, scale_denom, region));
+  return std::move(decoded.image);
 }
-
-namespace {
-
-struct JpegErrors {
-  jpeg_error_mgr manager;
-  jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-void OnJpegError(j_common_ptr cinfo) {
-  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, errors->message);
-  longjmp(errors->jump, 1);
-}
-
-void OnJpegMessage(j_common_ptr, int) {}  // warnings (e.g. premature end) are not errors here
-
-// The part of DecodeJpegRegion that may longjmp out (through OnJpegError); it keeps no state of
-// its own, so nothing is lost when it does.
-struct RegionRead {
-  int x = 0, y = 0, w = 0, h = 0;
-  int rows = 0;
-};
-void ReadJpegRegion(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels,
-                    int scale_denom, RegionRead* region, UninitBuffer* pixels) {
-  jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
-  jpeg_read_header(cinfo, TRUE);
-  cinfo->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  cinfo->scale_num = 1;
-  cinfo->scale_denom = static_cast<unsigned int>(scale_denom);
-  cinfo->dct_method = JDCT_ISLOW;
-  jpeg_start_decompress(cinfo);
-  const int full_w = static_cast<int>(cinfo->output_width);
-  const int full_h = static_cast<int>(cinfo->output_height);
-  region->x = std::clamp(region->x, 0, full_w - 1);
-  region->y = std::clamp(region->y, 0, full_h - 1);
-  region->w = std::clamp(region->w, 1, full_w - region->x);
-  region->h = std::clamp(region->h, 1, full_h - region->y);
-  JDIMENSION x_offset = static_cast<JDIMENSION>(region->x);
-  JDIMENSION width = static_cast<JDIMENSION>(region->w);
-  if (region->x > 0 || region->w < full_w) jpeg_crop_scanline(cinfo, &x_offset, &width);
-  region->x = static_cast<int>(x_offset);
-  region->w = static_cast<int>(width);
-  if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
-  const size_t row_bytes = static_cast<size_t>(cinfo->output_width) * cinfo->output_components;
-  *pixels = UninitBuffer(row_bytes * region->h);
-  while (region->rows < region->h) {
-    JSAMPROW row = pixels->data() + row_bytes * region->rows;
-    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
-    ++region->rows;
-  }
-}
-
-// Holds the setjmp; everything it touches after setjmp lives in memory (no clobbering).
-absl::StatusOr<DecodedRegion> DecodeJpegRegionImpl(const Buffer& bytes, int channels,
-                                                   int scale_denom, RegionRead& region) {
-  jpeg_decompress_struct cinfo;
-  JpegErrors errors;
-  UninitBuffer pixels;
-  cinfo.err = jpeg_std_error(&errors.manager);
-  errors.manager.error_exit = OnJpegError;
-  errors.manager.emit_message = OnJpegMessage;
-  errors.message[0] = '\0';
-  if (setjmp(errors.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    return absl::InvalidArgumentError(StrCat("cannot decode JPEG: ", errors.message));
-  }
-  jpeg_create_decompress(&cinfo);
-  ReadJpegRegion(&cinfo, bytes, channels, scale_denom, &region, &pixels);
-  jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
-  jpeg_destroy_decompress(&cinfo);
-  if (region.rows < region.h) return absl::InvalidArgumentError("cannot decode JPEG: truncated");
-  DecodedRegion out;
-  out.image = Tensor{DType::kUint8, {region.h, region.w, channels}, std::move(pixels).Finish()};
-  out.x = region.x;
-  out.y = region.y;
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
                                                int x, int y, int w, int h) {
-  RegionRead region{x, y, w, h, 0};
-  return DecodeJpegRegionImpl(bytes, channels, scale_denom, region);
+  RegionRead region{x, y, w, h, false, 0};
+  return DecodeJpegImpl(bytes, channels, 1, scale_denom, region);
 }
 
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,

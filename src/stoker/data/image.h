@@ -26,14 +26,21 @@ std::optional<ImageSize> JpegSize(const Buffer& bytes);
 std::pair<int, int> PickJpegScale(ImageSize full, int need_w, int need_h);
 
 // Decodes a JPEG or PNG into uint8 [height, width, channels] (channels 1 or 3). JPEGs are decoded
-// at scale num/denom (e.g. 1/2) when given.
+// at scale num/denom (e.g. 1/2) when given. Conversions (docs/pipeline.md, "Image decoding"):
+//  - damaged JPEG data (a truncated file, a bad Huffman code, ...) is an InvalidArgument error
+//    "corrupt JPEG: ...", never grey or garbled rows; stray bytes between segments are accepted;
+//  - CMYK and YCCK JPEGs become RGB as Pillow's convert("RGB") does;
+//  - 16-bit PNGs are scaled to 8 bits as round(v / 257), with no gamma; alpha is dropped;
+//  - grey from colour (JPEG and PNG alike) is Rec. 601 luma, (19595 R + 38470 G + 7471 B) / 65536
+//    rounded, as libjpeg and Pillow's convert("L") compute it.
 absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_num = 1,
                                    int scale_denom = 1);
 
 // Decodes only the region [x, x + w) x [y, y + h) of a JPEG (coordinates in the image scaled by
 // 1/scale_denom, scale_denom in {1, 2, 4, 8}): rows above are skipped without colour conversion,
 // rows below are not decoded, and columns are cropped to whole iMCUs (so the region returned may
-// start left of x). Returns the pixels and where they start.
+// start left of x). Returns the pixels and where they start. Damage in the rows read is an error
+// as for DecodeImage; damage below the region is not read, so not seen.
 struct DecodedRegion {
   Tensor image;  // uint8 [rows, columns, channels]
   int x = 0;     // column of image's first pixel in the scaled image
