@@ -22,6 +22,45 @@ grep -q "cats/img1" <("$stoker" inspect "$work/ds" --keys 10)
 "$stoker" inspect "$work/ds2" --verify | grep -q "verify: OK, 10 records"
 "$stoker" inspect "$work/wds.tar" | grep -q "samples: 10"
 
+# WebDataset tars made by GNU tar that break the "one sample = adjacent members" rule, or hold links.
+mkdir -p "$work/wds"
+cd "$work/wds"
+head -c 5000 /dev/urandom > a.jpg; echo 1 > a.cls; head -c 6000 /dev/urandom > b.jpg; echo 2 > b.cls
+# a.cls after b's members: an error naming the key and both offsets (a.jpg at 0; a.cls after
+# a.jpg (512 + 5120) and b.jpg (512 + 6144) and b.cls (512 + 512)).
+tar -cf "$work/split.tar" a.jpg b.jpg b.cls a.cls
+for cmd in "convert $work/split.tar $work/split-ds" "inspect $work/split.tar --verify"; do
+  if "$stoker" $cmd > "$work/out" 2> "$work/err"; then
+    echo "stoker $cmd said OK on a tar whose sample a is split" >&2; exit 1
+  fi
+  grep -q "members of sample 'a' are not adjacent: one at offset 0, another at offset 13312" "$work/err" ||
+    { echo "stoker $cmd:"; cat "$work/err"; exit 1; } >&2
+done
+# A hard link (GNU tar stores the second name of a file as a link to the first): read as the
+# target's bytes, so sample c has a's image.
+ln a.jpg c.jpg; echo 3 > c.cls
+tar -cf "$work/links.tar" a.jpg a.cls b.jpg b.cls c.jpg c.cls
+tar -tvf "$work/links.tar" | grep -q "c.jpg link to a.jpg" || { echo "no hard link made" >&2; exit 1; }
+"$stoker" convert "$work/links.tar" "$work/links-ds" > /dev/null
+"$stoker" inspect "$work/links-ds" --verify | grep -q "verify: OK, 3 records"
+/usr/bin/python3 - "$work/links-ds" a.jpg <<'PY'
+import glob, sys
+shard = open(glob.glob(sys.argv[1] + "/*.stk")[0], "rb").read()
+image = open(sys.argv[2], "rb").read()
+assert shard.count(image) == 2, "hard-linked c.jpg does not hold a.jpg's bytes"
+PY
+# A symbolic link member: an error naming it and its target, not a silently missing field.
+ln -s b.jpg d.jpg; echo 4 > d.cls
+tar -cf "$work/symlink.tar" a.jpg a.cls d.jpg d.cls
+if "$stoker" convert "$work/symlink.tar" "$work/sym-ds" > /dev/null 2> "$work/err"; then
+  echo "convert said OK on a tar with a symbolic link" >&2; exit 1
+fi
+grep -q "offset 6656 (d.jpg) is a symbolic link (to b.jpg)" "$work/err" || { cat "$work/err" >&2; exit 1; }
+if "$stoker" inspect "$work/symlink.tar" --verify > /dev/null 2>&1; then
+  echo "inspect --verify said OK on a tar with a symbolic link" >&2; exit 1
+fi
+cd - > /dev/null
+
 # Flip one byte inside the first record of the first shard: --verify must fail and say where.
 printf '\xff' | dd of="$work/ds/shard-00000.stk" bs=1 seek=40 conv=notrunc status=none
 if "$stoker" inspect "$work/ds" --verify > /dev/null 2> "$work/err"; then

@@ -113,4 +113,21 @@ absl::Status ByteSource::Skip(uint64_t n) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Buffer> ByteSource::ReadAt(uint64_t offset, uint64_t n) {
+  if (offset > size_ || n > size_ - offset) {
+    return absl::DataLossError(StrCat(url_, ": cannot read ", n, " bytes at offset ", offset,
+                                      " of a ", size_, "-byte object"));
+  }
+  if (n == 0) return Buffer();
+  if (offset >= chunk_offset_ && offset + n <= chunk_offset_ + chunk_.size()) {
+    return chunk_.Slice(offset - chunk_offset_, n);
+  }
+  ASSIGN_OR_RETURN(Buffer bytes, reader_->Read(key_, io::ByteRange{offset, n}));
+  if (bytes.size() != n) {
+    return absl::DataLossError(StrCat(url_, ": read ", bytes.size(), " bytes at offset ", offset,
+                                      ", expected ", n, " (object changed or truncated?)"));
+  }
+  return bytes;
+}
+
 }  // namespace stoker::format

@@ -31,6 +31,8 @@ class ByteSource {
   // than remaining() bytes.
   absl::StatusOr<Buffer> Read(uint64_t n);
   absl::Status Skip(uint64_t n);
+  // `n` bytes at `offset` (anywhere in the object), read on their own; the position does not move.
+  absl::StatusOr<Buffer> ReadAt(uint64_t offset, uint64_t n);
   uint64_t position() const { return position_; }
   uint64_t size() const { return size_; }
   uint64_t remaining() const { return size_ - position_; }

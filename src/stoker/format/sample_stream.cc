@@ -1,6 +1,7 @@
 #include "stoker/format/sample_stream.h"
 
 #include <set>
+#include <unordered_map>
 
 #include "absl/synchronization/notification.h"
 #include "stoker/core/logging.h"
@@ -149,12 +150,12 @@ class TarStream : public SampleStream {
         }
         if (pending_.has_value() && pending_->key != member->key) {
           std::optional<Sample> out = std::move(pending_);
-          StartSample(std::move(*member));
+          RETURN_IF_ERROR(StartSample(std::move(*member)));
           out->index = emitted_++;
           return out;
         }
         if (!pending_.has_value()) {
-          StartSample(std::move(*member));
+          RETURN_IF_ERROR(StartSample(std::move(*member)));
           continue;
         }
         if (pending_->Find(member->field) != nullptr) {
@@ -179,15 +180,27 @@ class TarStream : public SampleStream {
     uint64_t offset;
   };
 
-  void StartSample(Member member) {
+  // A sample's members must be adjacent (docs/format.md): a key that comes back after another
+  // key would otherwise become two half samples with the same key.
+  absl::Status StartSample(Member member) {
+    auto [it, inserted] = first_offset_.emplace(member.key, member.offset);
+    if (!inserted) {
+      return absl::InvalidArgumentError(StrCat(
+          source_->url(), ": the members of sample '", member.key,
+          "' are not adjacent: one at offset ", it->second, ", another at offset ", member.offset,
+          " after other samples' members. A WebDataset tar keeps each sample's files together; "
+          "re-create it with the files sorted by name (GNU tar: --sort=name)"));
+    }
     pending_ = Sample();
     pending_->key = std::move(member.key);
     pending_->fields.push_back({std::move(member.field), std::move(member.data)});
+    return absl::OkStatus();
   }
 
-  // The next regular member with a field name, or nullopt at the end of the archive.
+  // The next regular member (or hard link, resolved to its target's bytes) with a field name, or
+  // nullopt at the end of the archive.
   absl::StatusOr<std::optional<Member>> NextMember() {
-    std::string long_name;
+    std::string long_name, long_link;
     while (true) {
       uint64_t offset = source_->position();
       if (source_->remaining() == 0) return std::optional<Member>();  // no end marker: accept
@@ -199,32 +212,53 @@ class TarStream : public SampleStream {
       if (tar::IsZeroBlock(block.view())) return std::optional<Member>();
       ASSIGN_OR_RETURN(tar::MemberHeader header,
                        tar::ParseHeader(block.view(), source_->url(), offset));
+      // Links carry no data of their own, whatever their size field says.
+      if (header.type == '1' || header.type == '2') header.size = 0;
       uint64_t padded = header.size + tar::Padding(header.size);
       if (header.size > tar::kMaxMemberSize || padded > source_->remaining()) {
         return absl::DataLossError(StrCat(source_->url(), ": tar member at offset ", offset, " (",
                                           header.path, ") claims ", header.size, " bytes; only ",
                                           source_->remaining(), " remain"));
       }
-      if (header.type == 'L' || header.type == 'x') {
+      if (header.type == 'L' || header.type == 'K' || header.type == 'x') {
         ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
         RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
         if (header.type == 'L') {
           long_name = std::string(data.view().substr(0, data.view().find('\0')));
+        } else if (header.type == 'K') {
+          long_link = std::string(data.view().substr(0, data.view().find('\0')));
         } else {
-          auto path = tar::PaxPath(data.view());
-          if (!path.ok()) {
+          auto path = tar::PaxValue(data.view(), "path");
+          auto link = tar::PaxValue(data.view(), "linkpath");
+          if (!path.ok() || !link.ok()) {
             return absl::DataLossError(StrCat(source_->url(), ": pax header at offset ", offset,
-                                              ": ", path.status().message()));
+                                              ": ", (path.ok() ? link : path).status().message()));
           }
           if (!path->empty()) long_name = *path;
+          if (!link->empty()) long_link = *link;
         }
         continue;
       }
       std::string raw_path = long_name.empty() ? header.path : long_name;
+      std::string raw_link = long_link.empty() ? header.link : long_link;
       long_name.clear();
-      if (!header.regular()) {
+      long_link.clear();
+      if (header.ignorable()) {
         RETURN_IF_ERROR(source_->Skip(padded));
         continue;
+      }
+      if (header.type == '2') {
+        return absl::InvalidArgumentError(StrCat(
+            source_->url(), ": tar member at offset ", offset, " (", raw_path,
+            ") is a symbolic link (to ", raw_link, "); stoker reads regular files and hard links "
+            "only: re-create the tar with the files the links point to (GNU tar: --dereference)"));
+      }
+      if (!header.regular() && header.type != '1') {
+        return absl::InvalidArgumentError(
+            StrCat(source_->url(), ": tar member at offset ", offset, " (", raw_path,
+                   ") has type '", std::string(1, header.type),
+                   "', which stoker does not read (only regular files, hard links and "
+                   "directories); re-create the tar without it"));
       }
       ASSIGN_OR_RETURN(std::string path, tar::CleanPath(raw_path, source_->url(), offset));
       tar::KeyAndField kf = tar::SplitKeyField(path);
@@ -233,8 +267,22 @@ class TarStream : public SampleStream {
         RETURN_IF_ERROR(source_->Skip(padded));
         continue;
       }
-      ASSIGN_OR_RETURN(Buffer data, source_->Read(header.size));
-      RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
+      Buffer data;
+      if (header.type == '1') {
+        ASSIGN_OR_RETURN(std::string target, tar::CleanPath(raw_link, source_->url(), offset));
+        auto found = regular_members_.find(target);
+        if (found == regular_members_.end()) {
+          return absl::InvalidArgumentError(
+              StrCat(source_->url(), ": tar member at offset ", offset, " (", path,
+                     ") is a hard link to ", target, ", which is not a regular file earlier in "
+                     "the archive"));
+        }
+        ASSIGN_OR_RETURN(data, source_->ReadAt(found->second.first, found->second.second));
+      } else {
+        regular_members_[path] = {source_->position(), header.size};
+        ASSIGN_OR_RETURN(data, source_->Read(header.size));
+        RETURN_IF_ERROR(source_->Skip(tar::Padding(header.size)));
+      }
       return std::optional<Member>(
           Member{std::move(kf.key), std::move(kf.field), std::move(data), offset});
     }
@@ -245,6 +293,10 @@ class TarStream : public SampleStream {
   std::optional<Sample> pending_;
   bool done_ = false;
   uint64_t emitted_ = 0;
+  // Every key seen so far, with the offset of its first member (adjacency check).
+  std::unordered_map<std::string, uint64_t> first_offset_;
+  // Regular members' paths -> (data offset, size), for hard links to them.
+  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> regular_members_;
 };
 
 class ConcatStream : public SampleStream {

@@ -17,8 +17,13 @@ void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string 
   }
   uint64_t tail_length = std::min(size, kShardTailBytes);
   uint64_t tail_offset = size - tail_length;
+  // The header is checked too, before any sample is served: in the tail when the shard is small,
+  // else with a 16-byte read at offset 0 in the same call.
+  std::vector<io::ByteRange> ranges;
+  if (tail_offset > 0) ranges.push_back(io::ByteRange{0, shard::kHeaderSize});
+  ranges.push_back(io::ByteRange{tail_offset, tail_length});
   reader.ReadRangesAsync(
-      key, {io::ByteRange{tail_offset, tail_length}}, "",
+      key, std::move(ranges), "",
       [&reader, key, url, size, tail_offset, tail_length,
        done = std::move(done)](absl::StatusOr<std::vector<Buffer>> result) mutable {
         if (!result.ok()) {
@@ -31,11 +36,17 @@ void LoadShardIndexAsync(io::RangedReader& reader, std::string key, std::string 
           std::move(done)(Annotate(status, StrCat("reading the index of ", url)));
           return;
         }
-        Buffer tail = std::move((*result)[0]);
+        Buffer tail = std::move(result->back());
         if (tail.size() != tail_length) {
           std::move(done)(absl::FailedPreconditionError(
               StrCat(url, ": the shard has ", tail_offset + tail.size(), " bytes, not the ", size,
                      " the manifest lists (truncated? re-run `stoker convert`)")));
+          return;
+        }
+        absl::Status header = shard::CheckHeader(
+            (tail_offset > 0 ? result->front() : tail).view().substr(0, shard::kHeaderSize), url);
+        if (!header.ok()) {
+          std::move(done)(header);
           return;
         }
         auto footer =

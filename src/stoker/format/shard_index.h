@@ -1,6 +1,6 @@
-// Loading a shard's footer and index (docs/format.md): one ranged read of the shard's tail, and a
-// second one only when the index is larger than the tail. Used by ShardedDataset and the shard
-// stream.
+// Loading a shard's footer and index (docs/format.md): one ranged read of the shard's tail (with
+// its 16-byte header, which is checked as well), and a second one only when the index is larger
+// than the tail. Used by ShardedDataset and the shard stream.
 //
 // Thread safety: thread-safe (the reader is).
 #pragma once

@@ -64,6 +64,7 @@ absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_vie
   MemberHeader header;
   if (!ParseNumber(block.substr(124, 12), &header.size)) return error("bad size field");
   header.type = block[156];
+  header.link = std::string(CString(block.substr(157, 100)));
   std::string_view name = CString(block.substr(0, 100));
   std::string_view magic = block.substr(257, 6);
   std::string_view prefix = CString(block.substr(345, 155));
@@ -75,7 +76,7 @@ absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_vie
   return header;
 }
 
-absl::StatusOr<std::string> PaxPath(std::string_view records) {
+absl::StatusOr<std::string> PaxValue(std::string_view records, std::string_view name) {
   std::string path;
   while (!records.empty()) {
     size_t space = records.find(' ');
@@ -93,7 +94,7 @@ absl::StatusOr<std::string> PaxPath(std::string_view records) {
     std::string_view record = records.substr(space + 1, length - space - 2);
     size_t eq = record.find('=');
     if (eq == std::string_view::npos) return absl::DataLossError("pax record without '='");
-    if (record.substr(0, eq) == "path") path = std::string(record.substr(eq + 1));
+    if (record.substr(0, eq) == name) path = std::string(record.substr(eq + 1));
     records.remove_prefix(length);
   }
   return path;

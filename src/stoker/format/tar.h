@@ -18,9 +18,15 @@ inline constexpr uint64_t kMaxMemberSize = uint64_t{1} << 30;
 
 struct MemberHeader {
   std::string path;  // prefix + name for ustar; GNU/pax long names are applied by the reader
+  std::string link;  // the link target of a hard link ('1') or symlink ('2'); GNU/pax long
+                     // link names are applied by the reader
   uint64_t size = 0;
-  char type = '0';  // '0' (or '\0') regular file, '5' directory, 'L' GNU long name, 'x' pax, ...
+  char type = '0';  // '0' (or '\0') regular file, '1' hard link, '2' symlink, '5' directory,
+                    // 'L'/'K' GNU long name/link name, 'x' pax, 'g' pax global, ...
   bool regular() const { return type == '0' || type == '\0' || type == '7'; }
+  // Members that carry no sample data and are skipped: directories, pax global headers, GNU
+  // dump directories and volume labels.
+  bool ignorable() const { return type == '5' || type == 'g' || type == 'D' || type == 'V'; }
 };
 
 // True when `block` (512 bytes) is all zeros: the end-of-archive marker.
@@ -28,9 +34,12 @@ bool IsZeroBlock(std::string_view block);
 // Parses one 512-byte header found at `offset` of `url`; DataLoss on a bad checksum or size field.
 absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_view url,
                                          uint64_t offset);
-// The "path" value of a pax extended header's records ("<len> path=<value>\n" ...), or "" when
-// there is none; DataLoss when the records are malformed.
-absl::StatusOr<std::string> PaxPath(std::string_view records);
+// The value of `name` (e.g. "path", "linkpath") in a pax extended header's records
+// ("<len> path=<value>\n" ...), or "" when there is none; DataLoss when the records are malformed.
+absl::StatusOr<std::string> PaxValue(std::string_view records, std::string_view name);
+inline absl::StatusOr<std::string> PaxPath(std::string_view records) {
+  return PaxValue(records, "path");
+}
 // Rejects absolute paths and ".." components (InvalidArgument naming url and offset); returns the
 // path without a leading "./".
 absl::StatusOr<std::string> CleanPath(std::string_view path, std::string_view url, uint64_t offset);
