@@ -33,9 +33,7 @@ bool IsPng(const Buffer& b) {
   return b.size() >= 8 && std::memcmp(b.data(), kSig, 8) == 0;
 }
 
-bool IsJpeg(const Buffer& b) {
-  return b.size() >= 3 && b.data()[0] == 0xFF && b.data()[1] == 0xD8;
-}
+bool IsJpeg(const Buffer& b) { return b.size() >= 3 && b.data()[0] == 0xFF && b.data()[1] == 0xD8; }
 
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
 
@@ -106,7 +104,7 @@ void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels
   const int depth = png_get_bit_depth(png, info);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  if (depth == 16) png_set_scale_16(png);  // round(v / 257)
+  if (depth == 16) png_set_scale_16(png);                      // round(v / 257)
   if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);  // as Pillow's convert("RGB")
   const bool source_grey = (color & PNG_COLOR_MASK_COLOR) == 0;
   if (source_grey && channels == 3) png_set_gray_to_rgb(png);
@@ -114,7 +112,8 @@ void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels
   png_read_update_info(png, info);
   const int got = png_get_channels(png, info);
   const size_t row_bytes = png_get_rowbytes(png, info);
-  if ((got != 1 && got != 3) || row_bytes != size_t{w} * got) png_error(png, "unexpected PNG layout");
+  if ((got != 1 && got != 3) || row_bytes != size_t{w} * got)
+    png_error(png, "unexpected PNG layout");
   *width = static_cast<int>(w);
   *height = static_cast<int>(h);
   *pixels = UninitBuffer(size_t{w} * h * channels);
@@ -131,8 +130,8 @@ void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels
 
 absl::StatusOr<Tensor> DecodePng(const Buffer& bytes, int channels) {
   std::string message;
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &message, OnPngError,
-                                           OnPngWarning);
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &message, OnPngError, OnPngWarning);
   if (png == nullptr) return absl::InternalError("cannot create a PNG decoder");
   png_infop info = png_create_info_struct(png);
   if (info == nullptr) {
@@ -203,7 +202,8 @@ struct RegionRead {
   int rows = 0;
 };
 void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, int scale_num,
-              int scale_denom, RegionRead* region, UninitBuffer* pixels, std::vector<uint8_t>* cmyk_row) {
+              int scale_denom, RegionRead* region, UninitBuffer* pixels,
+              std::vector<uint8_t>* cmyk_row) {
   jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(cinfo, TRUE);
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
@@ -259,8 +259,9 @@ absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, 
   errors.message[0] = '\0';
   if (setjmp(errors.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::InvalidArgumentError(StrCat(errors.corrupt ? "corrupt JPEG: " : "cannot decode JPEG: ",
-                                             errors.message, " (", bytes.size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        StrCat(errors.corrupt ? "corrupt JPEG: " : "cannot decode JPEG: ", errors.message, " (",
+               bytes.size(), " bytes)"));
   }
   jpeg_create_decompress(&cinfo);
   ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &cmyk_row);
@@ -312,7 +313,8 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
   }
   RegionRead region;
   region.full = true;
-  ASSIGN_OR_RETURN(DecodedRegion decoded, DecodeJpegImpl(bytes, channels, scale_num, scale_denom, region));
+  ASSIGN_OR_RETURN(DecodedRegion decoded,
+                   DecodeJpegImpl(bytes, channels, scale_num, scale_denom, region));
   return std::move(decoded.image);
 }
 

@@ -250,7 +250,8 @@ class TarStream : public SampleStream {
       if (header.type == '2') {
         return absl::InvalidArgumentError(StrCat(
             source_->url(), ": tar member at offset ", offset, " (", raw_path,
-            ") is a symbolic link (to ", raw_link, "); stoker reads regular files and hard links "
+            ") is a symbolic link (to ", raw_link,
+            "); stoker reads regular files and hard links "
             "only: re-create the tar with the files the links point to (GNU tar: --dereference)"));
       }
       if (!header.regular() && header.type != '1') {
@@ -272,10 +273,11 @@ class TarStream : public SampleStream {
         ASSIGN_OR_RETURN(std::string target, tar::CleanPath(raw_link, source_->url(), offset));
         auto found = regular_members_.find(target);
         if (found == regular_members_.end()) {
-          return absl::InvalidArgumentError(
-              StrCat(source_->url(), ": tar member at offset ", offset, " (", path,
-                     ") is a hard link to ", target, ", which is not a regular file earlier in "
-                     "the archive"));
+          return absl::InvalidArgumentError(StrCat(source_->url(), ": tar member at offset ",
+                                                   offset, " (", path, ") is a hard link to ",
+                                                   target,
+                                                   ", which is not a regular file earlier in "
+                                                   "the archive"));
         }
         ASSIGN_OR_RETURN(data, source_->ReadAt(found->second.first, found->second.second));
       } else {

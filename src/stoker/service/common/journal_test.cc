@@ -104,7 +104,8 @@ TEST(Journal, TornOrCorruptTailIsCutOffAndRestartsAgree) {
       {"half a record", whole.substr(0, whole.size() / 2)},
       {"all but the newline", whole.substr(0, whole.size() - 1)},
       {"only the length", "27"},
-      {"a flipped payload byte", [&] {
+      {"a flipped payload byte",
+       [&] {
          std::string s = whole;
          s[s.size() - 5] ^= 0x20;
          return s;

@@ -127,8 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = stoker::service::Journal::Open(WorkDir());
     if (!again.ok()) Fail("the second open failed: " + again.status().ToString());
     auto updates_again = (*again)->ReadAll();
-    if (updates.ok() != updates_again.ok() ||
-        (updates.ok() && *updates != *updates_again))
+    if (updates.ok() != updates_again.ok() || (updates.ok() && *updates != *updates_again))
       Fail("two restarts read different updates");
   }
 
