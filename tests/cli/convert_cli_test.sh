@@ -67,4 +67,30 @@ if "$stoker" inspect "$work/ds" --verify > /dev/null 2> "$work/err"; then
   echo "inspect --verify passed on a corrupt shard" >&2; exit 1
 fi
 grep -q "shard-00000.stk: record at offset 16" "$work/err" || { cat "$work/err" >&2; exit 1; }
+
+# `stoker run` with on_corrupt: skip leaves that record out and counts it in the skipped column.
+cat > "$work/skip.json" <<JSON
+{"source": {"dataset": "$work/ds/", "on_corrupt": "skip"}, "ops": []}
+JSON
+"$stoker" run "$work/skip.json" --print-keys > "$work/keys" 2> "$work/report"
+[[ $(wc -l < "$work/keys") -eq 9 ]] || { echo "expected 9 keys after skipping one"; cat "$work/report"; exit 1; } >&2
+[[ $(awk '$1 == "source" {print $NF}' "$work/report") == 1 ]] ||
+  { echo "the source's skipped column is not 1:"; cat "$work/report"; exit 1; } >&2
+
+# A damaged shard header fails `stoker run` when it opens the dataset (docs/format.md), even with
+# on_corrupt: skip, for a small shard (header inside the tail read) and a large one (> 256 KiB).
+mkdir -p "$work/bigtree/a"
+for i in 1 2 3; do head -c 200000 /dev/urandom > "$work/bigtree/a/img$i.jpg"; done
+"$stoker" convert "$work/bigtree" "$work/big" > /dev/null
+for shard in "$work/ds/shard-00001.stk" "$work/big/shard-00000.stk"; do
+  printf 'X' | dd of="$shard" bs=1 seek=0 conv=notrunc status=none
+  ds=$(dirname "$shard")
+  echo "{\"source\": {\"dataset\": \"$ds/\", \"on_corrupt\": \"skip\"}, \"ops\": []}" > "$work/hdr.json"
+  if "$stoker" run "$work/hdr.json" --print-keys > "$work/keys" 2> "$work/err"; then
+    echo "stoker run served a shard with a damaged header ($shard)" >&2; exit 1
+  fi
+  [[ ! -s "$work/keys" ]] || { echo "samples were served before the header check" >&2; exit 1; }
+  grep -q "$(basename "$shard").*not a stoker shard (wrong magic at offset 0)" "$work/err" ||
+    { cat "$work/err" >&2; exit 1; }
+done
 echo "format cli: OK"

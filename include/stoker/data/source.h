@@ -34,6 +34,8 @@ class ElementStream {
  public:
   virtual ~ElementStream() = default;
   virtual absl::StatusOr<std::optional<Element>> Next() = 0;
+  // Corrupt samples this stream has left out so far (on_corrupt: skip); the run report counts them.
+  virtual int64_t skipped() const { return 0; }
 };
 
 class StreamSource {

@@ -40,15 +40,19 @@ class FormatIndexedSource : public IndexedSource {
 
 class FormatStream : public ElementStream {
  public:
-  explicit FormatStream(std::unique_ptr<format::SampleStream> s) : s_(std::move(s)) {}
+  FormatStream(std::unique_ptr<format::SampleStream> s,
+               std::shared_ptr<format::CorruptionReport> report)
+      : s_(std::move(s)), report_(std::move(report)) {}
   absl::StatusOr<std::optional<Element>> Next() override {
     ASSIGN_OR_RETURN(std::optional<format::Sample> s, s_->Next());
     if (!s) return std::nullopt;
     return ToElement(std::move(*s));
   }
+  int64_t skipped() const override { return static_cast<int64_t>(report_->count()); }
 
  private:
   std::unique_ptr<format::SampleStream> s_;
+  std::shared_ptr<format::CorruptionReport> report_;
 };
 
 class FormatStreamSource : public StreamSource {
@@ -60,8 +64,9 @@ class FormatStreamSource : public StreamSource {
     format::StreamOptions options;
     options.format = tar_ ? format::StreamFormat::kTar : format::StreamFormat::kTfRecord;
     options.on_corrupt = skip_corrupt_ ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
+    options.report = std::make_shared<format::CorruptionReport>();
     ASSIGN_OR_RETURN(auto s, format::OpenSampleStream(urls_[shard], options));
-    return std::unique_ptr<ElementStream>(new FormatStream(std::move(s)));
+    return std::unique_ptr<ElementStream>(new FormatStream(std::move(s), options.report));
   }
 
  private:

@@ -28,11 +28,8 @@ std::string FileStem(std::string_view key) {
 // Returns true when the sample should be skipped, false when `error` must be returned.
 bool SkipCorrupt(const StreamOptions& options, const absl::Status& error) {
   if (options.on_corrupt != OnCorrupt::kSkip || !absl::IsDataLoss(error)) return false;
-  if (options.report != nullptr) {
-    options.report->Add(error);
-  } else {
-    spdlog::warn("skipping corrupt sample: {}", std::string(error.message()));
-  }
+  if (options.report != nullptr) options.report->Add(error);
+  spdlog::warn("skipping corrupt sample: {}", std::string(error.message()));
   return true;
 }
 

@@ -1,6 +1,7 @@
 #define FUSE_USE_VERSION 314
 #include "stoker/fuse/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fuse3/fuse.h>
 #include <sys/stat.h>
@@ -273,9 +274,51 @@ absl::Status Serve(Mounted& m, const MountOptions& o) {
   return absl::OkStatus();
 }
 
+// The mount point must be an existing, empty folder: mounting over a file fails later in a
+// background process, and mounting over a non-empty folder hides its files.
+absl::Status CheckMountPoint(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOTCONN) {
+      return absl::FailedPreconditionError(StrCat("mount point ", mountpoint,
+                                                  " is a FUSE mount whose process died; unmount it "
+                                                  "first with `fusermount3 -u ",
+                                                  mountpoint, "`"));
+    }
+    return absl::InvalidArgumentError(StrCat("mount point ", mountpoint, ": ", strerror(err),
+                                             " (it must be an existing empty folder)"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(StrCat(
+        "mount point ", mountpoint, " is not a folder (it must be an existing empty folder)"));
+  }
+  DIR* dir = ::opendir(mountpoint.c_str());
+  if (dir == nullptr) {
+    return absl::InvalidArgumentError(
+        StrCat("mount point ", mountpoint, ": cannot list it: ", strerror(errno)));
+  }
+  std::string first;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name != "." && name != "..") {
+      first = std::string(name);
+      break;
+    }
+  }
+  ::closedir(dir);
+  if (!first.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("mount point ", mountpoint, " is not empty (it holds '", first,
+               "', ...); mounting over it would hide its files: use an empty folder"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunMount(const MountOptions& options) {
+  RETURN_IF_ERROR(CheckMountPoint(options.mountpoint));
   if (options.foreground) {
     ASSIGN_OR_RETURN(Mounted m, Mount(options));
     return Serve(m, options);

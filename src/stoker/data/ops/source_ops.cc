@@ -82,6 +82,7 @@ class IndexedSourceIterator : public Iterator {
         stats_->bytes += static_cast<int64_t>(e.ByteSize());
         ahead_.emplace_back(i, std::move(e));
       }
+      stats_->skipped += static_cast<int64_t>(indices.size() - ahead_.size());  // on_corrupt: skip
       pos_ = end;
       if (ahead_.empty()) return GetNext();  // the whole chunk was skipped
     }
@@ -172,7 +173,9 @@ class StreamSourceIterator : public Iterator {
           if (!skipped) return BadState("shard is shorter than the saved position");
         }
       }
+      const int64_t skipped_before = stream_->skipped();
       ASSIGN_OR_RETURN(std::optional<Element> e, stream_->Next());
+      stats_->skipped += stream_->skipped() - skipped_before;  // on_corrupt: skip
       stats_->busy_ns += ThreadCpuNanos() - start;
       if (e) {
         e->epoch = ctx_.epoch;
