@@ -22,6 +22,24 @@ grep -q "cats/img1" <("$stoker" inspect "$work/ds" --keys 10)
 "$stoker" inspect "$work/ds2" --verify | grep -q "verify: OK, 10 records"
 "$stoker" inspect "$work/wds.tar" | grep -q "samples: 10"
 
+# A folder tree as cameras and file managers leave it: extensions in any case (photo.JPEG,
+# x.Jpeg, y.JPG all become field jpg, as ImageFolder accepts them), hidden files, a broken link.
+mkdir -p "$work/messy/dogs" "$work/messy/owls/.thumbs"
+head -c 3000 /dev/urandom > "$work/messy/dogs/photo.JPEG"
+head -c 3000 /dev/urandom > "$work/messy/dogs/x.Jpeg"
+head -c 3000 /dev/urandom > "$work/messy/owls/y.JPG"
+echo junk > "$work/messy/dogs/.DS_Store"
+echo junk > "$work/messy/owls/.thumbs/y.png"
+ln -s ../nowhere.jpg "$work/messy/owls/z.jpg"
+"$stoker" convert "$work/messy" "$work/messy-ds" > "$work/convert.out"
+grep -q "converted 3 samples" "$work/convert.out" || { cat "$work/convert.out" >&2; exit 1; }
+grep -q "^fields: cls, jpg$" "$work/convert.out" || { cat "$work/convert.out" >&2; exit 1; }
+grep -q "left out 2 hidden file(s) (names starting with '.'): dogs/.DS_Store, owls/.thumbs/y.png" \
+  "$work/convert.out" || { cat "$work/convert.out" >&2; exit 1; }
+grep -q "left out 1 broken symbolic link(s) (target missing): owls/z.jpg -> ../nowhere.jpg" \
+  "$work/convert.out" || { cat "$work/convert.out" >&2; exit 1; }
+"$stoker" inspect "$work/messy-ds" --keys 3 | grep -q "dogs/photo" || exit 1
+
 # WebDataset tars made by GNU tar that break the "one sample = adjacent members" rule, or hold links.
 mkdir -p "$work/wds"
 cd "$work/wds"

@@ -133,6 +133,21 @@ absl::Status Convert(const ConvertArgs& args) {
   std::string fields;
   for (const std::string& f : m.fields) fields += (fields.empty() ? "" : ", ") + f;
   std::printf("fields: %s\nmanifest: %s\n", fields.c_str(), summary->manifest_url.c_str());
+  auto examples = [](const std::vector<std::string>& list, uint64_t count) {
+    std::string out;
+    for (const std::string& e : list) out += (out.empty() ? "" : ", ") + e;
+    return count > list.size() ? out + ", ..." : out;
+  };
+  if (summary->hidden_files > 0) {
+    std::printf("left out %llu hidden file(s) (names starting with '.'): %s\n",
+                static_cast<unsigned long long>(summary->hidden_files),
+                examples(summary->hidden_examples, summary->hidden_files).c_str());
+  }
+  if (summary->broken_links > 0) {
+    std::printf("left out %llu broken symbolic link(s) (target missing): %s\n",
+                static_cast<unsigned long long>(summary->broken_links),
+                examples(summary->broken_link_examples, summary->broken_links).c_str());
+  }
   return absl::OkStatus();
 }
 

@@ -1,7 +1,9 @@
 #include "stoker/format/convert.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -110,7 +112,7 @@ absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
       return absl::InvalidArgumentError(
           StrCat(source.Url(file.key), " has no extension to name its field (e.g. .jpg)"));
     }
-    std::string field(name.substr(dot + 1));
+    std::string field = FolderFieldName(name.substr(dot + 1));
     if (field == "cls") {
       return absl::InvalidArgumentError(
           StrCat(source.Url(file.key), ": the field 'cls' is reserved for the class index"));
@@ -251,6 +253,46 @@ bool IsTfRecordName(std::string_view key) {
 
 }  // namespace
 
+std::string FolderFieldName(std::string_view extension) {
+  std::string field(extension);
+  for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t last = field.rfind('.');
+  last = last == std::string::npos ? 0 : last + 1;
+  std::string_view tail = std::string_view(field).substr(last);
+  if (tail == "jpeg") field = StrCat(field.substr(0, last), "jpg");
+  if (tail == "tiff") field = StrCat(field.substr(0, last), "tif");
+  return field;
+}
+
+namespace {
+
+// Symbolic links under a local folder whose target is missing (the listing cannot see them).
+void FindBrokenLinks(const std::string& root_path, ConvertSummary* summary) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(root_path, ec)) return;
+  for (auto it = fs::recursive_directory_iterator(
+           root_path, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code link_ec;
+    if (!it->is_symlink(link_ec) || fs::exists(it->path(), link_ec)) continue;
+    std::string rel = fs::relative(it->path(), root_path, link_ec).string();
+    if (rel.starts_with(".") || rel.find("/.") != std::string::npos) continue;  // hidden anyway
+    ++summary->broken_links;
+    if (summary->broken_link_examples.size() < 5) {
+      summary->broken_link_examples.push_back(
+          StrCat(rel, " -> ", fs::read_symlink(it->path(), link_ec).string()));
+    }
+  }
+}
+
+bool IsLocal(const io::ObjectStore& store) {
+  std::string root = store.Url("");
+  return root.find("://") == std::string::npos;
+}
+
+}  // namespace
+
 const char* SourceKindName(SourceKind kind) {
   switch (kind) {
     case SourceKind::kFolderTree:
@@ -283,10 +325,16 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
     std::vector<FileRef> files;
     size_t tars = 0, tfrecords = 0;
     uint64_t total = 0;
+    uint64_t hidden = 0;
+    std::vector<std::string> hidden_examples;
     for (const io::ObjectInfo& info : listing.objects) {
       std::string_view rel = std::string_view(info.key).substr(root.size());
-      // Hidden files and folders (".DS_Store", ".git/...") are not data.
-      if (rel.starts_with(".") || rel.find("/.") != std::string_view::npos) continue;
+      // Hidden files and folders (".DS_Store", ".git/...") are not data: left out, counted.
+      if (rel.starts_with(".") || rel.find("/.") != std::string_view::npos) {
+        ++hidden;
+        if (hidden_examples.size() < 5) hidden_examples.emplace_back(rel);
+        continue;
+      }
       files.push_back({info.key, info.size});
       tars += info.key.ends_with(".tar");
       tfrecords += IsTfRecordName(info.key);
@@ -306,6 +354,11 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
             StrCat(src, " mixes .tar/.tfrecord files with other files; convert them separately"));
       }
       summary = ConvertFolderTree(*source.store, files, root, out, options);
+    }
+    if (summary.ok()) {
+      summary->hidden_files = hidden;
+      summary->hidden_examples = std::move(hidden_examples);
+      if (IsLocal(*source.store)) FindBrokenLinks(source.store->Url(root), &*summary);
     }
   }
   RETURN_IF_ERROR(summary.status());

@@ -8,6 +8,10 @@
 //   - otherwise a folder tree: every file is root/<class>/<name>.<ext>; samples are keyed
 //     "<class>/<name>" (files sharing that key become fields of one sample, named by extension),
 //     and get a field "cls" holding the class index (sorted class names) as ASCII decimal.
+//     Extensions are matched case-insensitively and named canonically (FolderFieldName:
+//     "photo.JPEG" -> field "jpg"). Hidden files and folders (name starting with '.') and, in
+//     local folders, symbolic links whose target is missing are left out and counted in the
+//     summary (the CLI reports them).
 // Samples of a folder tree are written in key order; those of tar/TFRecord files in file order.
 // Shards are written in parallel (one writer per shard, `parallelism` at a time).
 //
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "stoker/format/manifest.h"
@@ -46,7 +51,18 @@ struct ConvertSummary {
   size_t inputs = 0;  // files read
   Manifest manifest;
   std::string manifest_url;
+  // Left out of a folder tree (or a folder of .tar/.tfrecord files), with up to 5 examples each
+  // (paths relative to the source root; a broken link as "path -> target").
+  uint64_t hidden_files = 0;
+  std::vector<std::string> hidden_examples;
+  uint64_t broken_links = 0;
+  std::vector<std::string> broken_link_examples;
 };
+
+// The field name of a folder-tree file's extension (the text after the first '.' of its name):
+// lower-cased, and "jpeg" -> "jpg", "tiff" -> "tif" in the last part, so "JPEG", "jpeg", "Jpg"
+// all give "jpg" (as torchvision's ImageFolder accepts .jpg/.jpeg/.JPEG alike).
+std::string FolderFieldName(std::string_view extension);
 
 absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view dst,
                                        const ConvertOptions& options = {});
