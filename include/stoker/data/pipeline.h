@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "stoker/data/dataset.h"
@@ -31,10 +32,27 @@ namespace stoker::data {
 
 class PipelineIterator;
 
+// Which plugin libraries (the spec's "plugins") a pipeline may load: a plugin runs as native code
+// in the process that builds the pipeline (docs/security.md). The default lets a spec load any
+// path: right where the spec is the user's own (`stoker run`, the Python package). A worker builds
+// pipelines from specs that clients send, so it uses OnlyFrom(its --plugin-dir folders): a
+// library is loaded only when its real path (symbolic links resolved) lies inside one of those
+// folders, and with no folder at all (a worker's default) no plugin is loaded.
+struct PluginPolicy {
+  static PluginPolicy Anywhere() { return PluginPolicy{}; }
+  static PluginPolicy OnlyFrom(std::vector<std::string> dirs) {
+    return PluginPolicy{false, std::move(dirs)};
+  }
+  bool anywhere = true;
+  std::vector<std::string> dirs;  // used when !anywhere
+};
+
 class Pipeline : public std::enable_shared_from_this<Pipeline> {
  public:
-  static absl::StatusOr<std::shared_ptr<const Pipeline>> FromJson(const nlohmann::json& spec);
-  static absl::StatusOr<std::shared_ptr<const Pipeline>> FromString(std::string_view text);
+  static absl::StatusOr<std::shared_ptr<const Pipeline>> FromJson(
+      const nlohmann::json& spec, const PluginPolicy& plugins = PluginPolicy::Anywhere());
+  static absl::StatusOr<std::shared_ptr<const Pipeline>> FromString(
+      std::string_view text, const PluginPolicy& plugins = PluginPolicy::Anywhere());
   static absl::StatusOr<std::shared_ptr<const Pipeline>> FromFile(const std::string& path);
 
   // Stable hex digest of the spec (key order and whitespace do not matter; "threads" is left

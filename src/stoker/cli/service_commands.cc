@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "stoker/cli/commands.h"
 #include "stoker/core/status.h"
@@ -77,6 +78,7 @@ struct WorkerCliOptions {
   std::string buffer_bytes = "256MiB";
   int threads = 0;
   int drain_timeout_ms = 10000;
+  std::vector<std::string> plugin_dirs;
 };
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
@@ -93,6 +95,7 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   }
   options.buffer_bytes = static_cast<int64_t>(buffer_bytes);
   options.threads = o.threads;
+  options.plugin_dirs = o.plugin_dirs;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
   std::printf("worker: serving on %s, /healthz on port %d, dispatcher %s\n",
@@ -344,6 +347,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--drain-timeout-ms", worker_options.drain_timeout_ms,
                 "on SIGTERM/SIGINT: finish the current splits and wait this long for clients to "
                 "receive them before leaving (default 10000)");
+  w->add_option("--plugin-dir", worker_options.plugin_dirs,
+                "a folder whose plugin libraries clients' specs may load (repeatable; default: "
+                "none, so specs naming plugins are refused). A plugin runs as code in this "
+                "worker: name only folders you control (docs/security.md)");
   w->callback([=] { *result = RunWorker(worker_options); });
 
   static ConsumeOptions consume_options;

@@ -1,6 +1,8 @@
 #include "stoker/data/pipeline.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <openssl/evp.h>
 
 #include <fstream>
@@ -34,16 +36,47 @@ std::string HexDigest(std::string_view bytes) {
   return out;
 }
 
-absl::Status LoadPlugins(ParamReader& top) {
+// Where `path` really is (symbolic links resolved), or "" when it does not exist.
+std::string RealPath(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return "";
+  return resolved;
+}
+
+// Checks `plugin` against `policy` before anything of it is loaded (dlopen runs its code).
+absl::Status CheckPlugin(const std::string& plugin, const PluginPolicy& policy,
+                         const std::string& where) {
+  if (policy.anywhere) return absl::OkStatus();
+  std::string dirs;
+  for (const std::string& d : policy.dirs) dirs += StrCat(dirs.empty() ? "" : ", ", d);
+  const std::string real = RealPath(plugin);
+  if (!real.empty()) {
+    for (const std::string& dir : policy.dirs) {
+      const std::string real_dir = RealPath(dir);
+      if (!real_dir.empty() && real.starts_with(real_dir + "/")) return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(StrCat(
+      where, ": plugin '", plugin, "' is refused: this worker loads plugins only from the folders "
+      "its operator named with --plugin-dir (",
+      dirs.empty() ? "none, so no plugin at all" : dirs,
+      "). Ask the operator to install the library in such a folder, or run the pipeline in "
+      "process"));
+}
+
+absl::Status LoadPlugins(ParamReader& top, const PluginPolicy& policy) {
   std::vector<std::string> plugins = top.StringList("plugins", std::vector<std::string>{});
   for (size_t i = 0; i < plugins.size(); ++i) {
-    // Never closed: transforms made by the plugin may live as long as the process.
-    void* handle = dlopen(plugins[i].c_str(), RTLD_NOW | RTLD_LOCAL);
+    const std::string where = IndexPath(top.PathOf("plugins"), i);
+    RETURN_IF_ERROR(CheckPlugin(plugins[i], policy, where));
+    // Never closed: transforms made by the plugin may live as long as the process. Under a
+    // policy, the checked real path is what is loaded (no search path, no swapped link).
+    const std::string load = policy.anywhere ? plugins[i] : RealPath(plugins[i]);
+    void* handle = dlopen(load.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* error = dlerror();
       return absl::InvalidArgumentError(
-          StrCat(IndexPath(top.PathOf("plugins"), i), ": cannot load plugin '", plugins[i],
-                 "': ", error ? error : "unknown error",
+          StrCat(where, ": cannot load plugin '", plugins[i], "': ", error ? error : "unknown error",
                  " (give a path to a shared library built against this stoker)"));
     }
   }
@@ -209,11 +242,12 @@ struct PipelineBuilder {
   }
 };
 
-absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& spec) {
+absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& spec,
+                                                                   const PluginPolicy& plugins) {
   RegisterBuiltinOps();
   ParamReader top(spec, "$", "the pipeline spec");
   // Plugins first: their ops may appear in "ops".
-  RETURN_IF_ERROR(LoadPlugins(top));
+  RETURN_IF_ERROR(LoadPlugins(top, plugins));
   std::shared_ptr<Pipeline> pipeline(new Pipeline);
   PipelineBuilder b;
   b.seed = static_cast<uint64_t>(top.Int("seed", 0, 0));
@@ -245,7 +279,8 @@ std::string Pipeline::Fingerprint(const json& spec) {
   return HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string_view text) {
+absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string_view text,
+                                                                     const PluginPolicy& plugins) {
   json spec = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded()) {
     // Find the byte offset of the syntax error for the message.
@@ -260,7 +295,7 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromString(std::string
     }
     return absl::InvalidArgumentError("$: the spec is not valid JSON");
   }
-  return FromJson(spec);
+  return FromJson(spec, plugins);
 }
 
 absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromFile(const std::string& path) {

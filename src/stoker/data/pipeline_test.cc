@@ -122,6 +122,36 @@ TEST(Plugin, LoadsAndRunsTheExamplePlugin) {
   EXPECT_NE(ErrorOf(spec).find("$.plugins[0]: cannot load plugin"), std::string::npos);
 }
 
+// The worker's policy: only libraries whose real path is inside an allowed folder are loaded;
+// nothing of a refused library runs (the check comes before dlopen).
+TEST(Plugin, PolicyLoadsOnlyFromAllowedFolders) {
+  const json spec = {{"plugins", {PluginPath()}},
+                     {"source", {{"range", 3}}},
+                     {"ops", {{{"op", "cast"}, {"field", "value"}, {"to", "uint8"}}}}};
+  auto refused = Pipeline::FromJson(spec, PluginPolicy::OnlyFrom({}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(refused.status()));
+  EXPECT_NE(refused.status().message().find("$.plugins[0]: plugin '" + PluginPath() +
+                                            "' is refused"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--plugin-dir (none, so no plugin at all)"),
+            std::string::npos);
+  const std::string dir = PluginPath().substr(0, PluginPath().rfind('/'));
+  EXPECT_TRUE(Pipeline::FromJson(spec, PluginPolicy::OnlyFrom({dir})).ok());
+  EXPECT_TRUE(Pipeline::FromJson(spec, PluginPolicy::OnlyFrom({dir + "/"})).ok());
+  // An allowed folder that does not hold the library (its parent's sibling) allows nothing here.
+  EXPECT_FALSE(Pipeline::FromJson(spec, PluginPolicy::OnlyFrom({dir + "/../python"})).ok());
+  json dotdot = spec;
+  dotdot["plugins"] = {dir + "/../" + dir.substr(dir.rfind('/') + 1) + "/" +
+                       PluginPath().substr(PluginPath().rfind('/') + 1)};
+  EXPECT_TRUE(Pipeline::FromJson(dotdot, PluginPolicy::OnlyFrom({dir})).ok());
+  json missing = spec;
+  missing["plugins"] = {dir + "/libnothing.so"};
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(Pipeline::FromJson(missing, PluginPolicy::OnlyFrom({dir})).status()));
+}
+
 // A shuffled image pipeline with every random op.
 json ImagePipelineSpec(uint64_t seed) {
   static bool registered = false;

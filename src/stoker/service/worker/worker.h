@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -45,6 +46,9 @@ struct WorkerOptions {
   std::chrono::milliseconds split_target{100};  // processing time a split is sized for
   int64_t buffer_bytes = int64_t{256} << 20;    // per task, of encoded elements
   int threads = 0;                              // pipeline threads; 0: the spec's setting
+  // The only folders plugin libraries named in clients' specs are loaded from (--plugin-dir);
+  // none by default, so no plugin (data::PluginPolicy, docs/security.md).
+  std::vector<std::string> plugin_dirs;
 };
 
 class Worker {
