@@ -2,8 +2,8 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <stdlib.h>
 #include <openssl/evp.h>
+#include <stdlib.h>
 
 #include <fstream>
 #include <sstream>
@@ -56,12 +56,13 @@ absl::Status CheckPlugin(const std::string& plugin, const PluginPolicy& policy,
       if (!real_dir.empty() && real.starts_with(real_dir + "/")) return absl::OkStatus();
     }
   }
-  return absl::PermissionDeniedError(StrCat(
-      where, ": plugin '", plugin, "' is refused: this worker loads plugins only from the folders "
-      "its operator named with --plugin-dir (",
-      dirs.empty() ? "none, so no plugin at all" : dirs,
-      "). Ask the operator to install the library in such a folder, or run the pipeline in "
-      "process"));
+  return absl::PermissionDeniedError(
+      StrCat(where, ": plugin '", plugin,
+             "' is refused: this worker loads plugins only from the folders "
+             "its operator named with --plugin-dir (",
+             dirs.empty() ? "none, so no plugin at all" : dirs,
+             "). Ask the operator to install the library in such a folder, or run the pipeline in "
+             "process"));
 }
 
 absl::Status LoadPlugins(ParamReader& top, const PluginPolicy& policy) {
@@ -75,9 +76,9 @@ absl::Status LoadPlugins(ParamReader& top, const PluginPolicy& policy) {
     void* handle = dlopen(load.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* error = dlerror();
-      return absl::InvalidArgumentError(
-          StrCat(where, ": cannot load plugin '", plugins[i], "': ", error ? error : "unknown error",
-                 " (give a path to a shared library built against this stoker)"));
+      return absl::InvalidArgumentError(StrCat(
+          where, ": cannot load plugin '", plugins[i], "': ", error ? error : "unknown error",
+          " (give a path to a shared library built against this stoker)"));
     }
   }
   return absl::OkStatus();

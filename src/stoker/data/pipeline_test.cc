@@ -131,9 +131,9 @@ TEST(Plugin, PolicyLoadsOnlyFromAllowedFolders) {
   auto refused = Pipeline::FromJson(spec, PluginPolicy::OnlyFrom({}));
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(refused.status()));
-  EXPECT_NE(refused.status().message().find("$.plugins[0]: plugin '" + PluginPath() +
-                                            "' is refused"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.status().message().find("$.plugins[0]: plugin '" + PluginPath() + "' is refused"),
+      std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find("--plugin-dir (none, so no plugin at all)"),
             std::string::npos);
@@ -148,8 +148,8 @@ TEST(Plugin, PolicyLoadsOnlyFromAllowedFolders) {
   EXPECT_TRUE(Pipeline::FromJson(dotdot, PluginPolicy::OnlyFrom({dir})).ok());
   json missing = spec;
   missing["plugins"] = {dir + "/libnothing.so"};
-  EXPECT_TRUE(
-      absl::IsPermissionDenied(Pipeline::FromJson(missing, PluginPolicy::OnlyFrom({dir})).status()));
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      Pipeline::FromJson(missing, PluginPolicy::OnlyFrom({dir})).status()));
 }
 
 // A shuffled image pipeline with every random op.

@@ -230,7 +230,9 @@ bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
 }
 
 absl::Status Worker::RunWholePipeline(Task* task) {
-  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  ASSIGN_OR_RETURN(
+      auto pipeline,
+      data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
   int64_t seq = 0;
   for (int64_t epoch = 0; epoch < task->num_epochs; ++epoch) {
     auto it = pipeline->MakeIterator(epoch, options_.threads);
@@ -247,7 +249,9 @@ absl::Status Worker::RunWholePipeline(Task* task) {
 }
 
 absl::Status Worker::RunDynamic(Task* task) {
-  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  ASSIGN_OR_RETURN(
+      auto pipeline,
+      data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
   const int64_t batch = BatchSize(pipeline->spec());
   int64_t wanted = std::max<int64_t>(batch, 16);
   int64_t last_split_id = -1;
