@@ -1,6 +1,8 @@
 #include "stoker/data/image.h"
 
 #include <jpeglib.h>
+// (after jpeglib.h) the message codes of libjpeg warnings
+#include <jerror.h>
 #include <png.h>
 #include <setjmp.h>
 #include <stdio.h>  // jpeglib.h needs FILE

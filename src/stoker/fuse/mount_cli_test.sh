@@ -6,7 +6,7 @@
 set -euo pipefail
 stoker=$1
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 mkdir -p "$work/src"
 echo hello > "$work/src/a.txt"
@@ -42,8 +42,8 @@ if [[ -w /dev/fuse ]] && command -v fusermount3 > /dev/null; then
   kill -9 $pid
   for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if ls "$work/mnt" > /dev/null 2>&1; then fail "the mount still answers after its process died"; fi
-  expect_refused "$work/mnt" "run \`fusermount3 -u $work/mnt\`"
-  expect_refused "$work/mnt" "unmount it first with"
+  expect_refused "$work/mnt" "is a FUSE mount whose process died"
+  expect_refused "$work/mnt" "unmount it first with \`fusermount3 -u $work/mnt\`"
   fusermount3 -u "$work/mnt"
   "$stoker" mount "$work/src" "$work/mnt"
   [[ $(cat "$work/mnt/a.txt") == hello ]] || fail "remount after recovery does not serve a.txt"

@@ -164,7 +164,7 @@ TEST(Journal, OlderFormatIsRefusedWithAMessage) {
   EXPECT_NE(journal.status().message().find("move the work dir aside"), std::string::npos);
 }
 
-// A writer process killed with SIGKILL at random points while it appends large records (a kill
+// A writer process killed with SIGKILL at random points while it appends records of 2 MiB (a kill
 // lands inside a write of several MiB, which the kernel leaves short: a real torn record). After
 // each kill the journal is opened three times: always the same updates, a prefix of what was
 // written, in order; then the writer goes on appending to the same journal.
@@ -180,20 +180,30 @@ TEST(Journal, KilledWriterLeavesAJournalThatReplaysTheSameEveryTime) {
     if (pid == 0) {
       auto journal = Journal::Open(dir.path());
       if (!journal.ok()) ::_exit(2);
-      const std::string pad((1 << 20) + 12345, 'x');
+      const std::string pad((2 << 20) + 12345, 'x');
       for (int i = first;; ++i) {
         if (!(*journal)->Write({{"i", i}, {"pad", pad}}).ok()) ::_exit(3);
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10 + rng() % 60));
+    // Kill when the file has grown by a random amount: usually in the middle of a write (the
+    // file grows page by page while one write() of several MiB is copied).
+    const std::string path = dir.path() + "/journal.log";
+    auto size = [&path] {
+      std::error_code ec;
+      const uint64_t n = std::filesystem::file_size(path, ec);
+      return ec ? uint64_t{0} : n;
+    };
+    const uint64_t kill_at = size() + (512 << 10) + rng() % (6 << 20);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (size() < kill_at && std::chrono::steady_clock::now() < deadline) {
+    }
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     int wstatus = 0;
     ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(wstatus)) << "the writer exited on its own: " << wstatus;
-    const std::string path = dir.path() + "/journal.log";
-    const size_t size_before = std::filesystem::file_size(path);
+    const uint64_t size_before = size();
     std::vector<int> replayed = Replay(dir.path());
-    cut_or_whole += std::filesystem::file_size(path) < size_before;
+    cut_or_whole += size() < size_before;
     for (int restart = 0; restart < 2; ++restart) EXPECT_EQ(Replay(dir.path()), replayed);
     ASSERT_GE(static_cast<int>(replayed.size()), first);
     for (size_t k = 0; k < replayed.size(); ++k) ASSERT_EQ(replayed[k], static_cast<int>(k));
