@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint
+.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check
 
 all: build
 
@@ -26,6 +26,7 @@ test: deps format-check build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) fuzz
 	$(MAKE) test-asan
+	$(MAKE) cuda-check
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE '.'
@@ -36,6 +37,16 @@ test-asan:
 	# Unit tests only (-LE '.': not the labelled tests that start servers, mounts or processes;
 	# those run in the normal build above).
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) --timeout 900 -LE '.'
+
+# The CUDA build (-DSTOKER_CUDA=ON, docs/gpu.md) where nvcc exists: builds only the CUDA targets
+# (a compile check) and runs their tests, which skip, saying why, without a GPU.
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc /usr/local/cuda/bin/nvcc) $(shell command -v nvcc))
+cuda-check:
+	@if [ -z "$(NVCC)" ]; then echo "cuda-check: skipped (no nvcc: set CUDA_HOME or install the CUDA toolkit)"; exit 0; fi; \
+	set -e; \
+	cmake -S . -B build-cuda -G Ninja -DSTOKER_CUDA=ON -DCMAKE_CUDA_COMPILER=$(NVCC) $(CMAKE_FLAGS) >/dev/null; \
+	cmake --build build-cuda -j $(JOBS) --target cuda_check; \
+	./build-cuda/src/stoker/gpu/cuda_test
 
 # libFuzzer targets, built with clang, each run briefly over its seed corpus.
 fuzz:
@@ -52,7 +63,7 @@ bench: deps build
 	/usr/bin/python3 bench/run.py --build $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-cuda
 
 # Every C++ file the project owns (tracked or new, not ignored); `make format` rewrites them in place,
 # `make format-check` (the first step of `make test`) fails naming each file that does not match .clang-format.

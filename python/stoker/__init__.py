@@ -9,9 +9,9 @@
 Errors carry stoker's message: a bad spec raises ValueError naming the JSON path, a missing object
 FileNotFoundError, other failures stoker.StokerError.
 """
-from ._stoker import Buffer, StokerError
+from ._stoker import Buffer, DeviceArray, StokerError
 from .pipeline import Iterator, Pipeline, dataset, from_spec, memory_range, tar, tfrecord
 from .storage import ls, open
 
-__all__ = ["Buffer", "Iterator", "Pipeline", "StokerError", "dataset", "from_spec", "ls",
-           "memory_range", "open", "tar", "tfrecord"]
+__all__ = ["Buffer", "DeviceArray", "Iterator", "Pipeline", "StokerError", "dataset", "from_spec",
+           "ls", "memory_range", "open", "tar", "tfrecord"]

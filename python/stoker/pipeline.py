@@ -114,6 +114,19 @@ class Pipeline:
     def prefetch(self, buffer=0):
         return self.op("prefetch", buffer=buffer)
 
+    def to_device(self, device=0, field=None, fields=None, dtype=None, layout=None, crop=None,
+                  crop_position=None, flip_p=None, flip_direction=None, mean=None, std=None,
+                  scale=None, stream=None, in_flight=None):
+        """The last op: batches arrive in GPU memory as stoker.DeviceArray (torch.from_dlpack takes
+        them without a copy). `field` names an image field to crop/flip/normalize/lay out on the
+        device on the way (docs/gpu.md). Needs stoker built with CUDA and a GPU; through the
+        service, the consumer (not the workers) runs it."""
+        return self.op("to_device", device=device,
+                       **_given(field=field, fields=fields, dtype=dtype, layout=layout, crop=crop,
+                                crop_position=crop_position, flip_p=flip_p,
+                                flip_direction=flip_direction, mean=mean, std=std, scale=scale,
+                                stream=stream, in_flight=in_flight))
+
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
                    deterministic=None, sharding="dynamic", compression="none"):
         """The same pipeline, run by the stoker service's workers (dispatcher "host:port").
@@ -138,6 +151,11 @@ class Pipeline:
                              "'zstd' or 'lz4'")
         return DistributedPipeline(Pipeline(spec), dispatcher, job_name or "", sharding,
                                    compression)
+
+    def _device_op(self):
+        """The trailing to_device op of the spec, or None."""
+        ops = self._spec.get("ops") or []
+        return ops[-1] if ops and ops[-1].get("op") == "to_device" else None
 
     # --- running ------------------------------------------------------------------------------
     def _compile(self):
@@ -178,6 +196,7 @@ class Pipeline:
 class Iterator:
     """Yields dicts {field: numpy array, "__keys__": [sample keys]}. Arrays are read-only views of
     stoker's buffers (arr.base is a stoker.Buffer); they stay valid after the iterator is gone.
+    After a to_device op, fields are stoker.DeviceArray (GPU memory, exported through DLPack).
     The GIL is released while C++ produces the next element."""
 
     def __init__(self, native, pipeline, epoch):
@@ -227,6 +246,14 @@ class DistributedPipeline:
     @property
     def spec(self):
         return self.pipeline.spec
+
+    def _device_op(self):
+        return self.pipeline._device_op()
+
+    def op(self, name, **params):
+        """The same service job settings with one more op (e.g. to_device, run by this consumer)."""
+        return DistributedPipeline(self.pipeline.op(name, **params), self.dispatcher,
+                                   self.job_name, self.sharding, self.compression)
 
     def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
         """rank/world_size are ignored: the job's consumers share its data dynamically."""

@@ -9,6 +9,12 @@ copy every batch through shared memory. Tensors come from torch.from_numpy: they
 stoker's buffers (read-only; don't write into them in place). pin_memory=True copies each batch
 into page-locked memory (one copy) for faster host-to-GPU transfer.
 
+device="cuda" (or "cuda:N", a torch.device) yields CUDA tensors instead: the pipeline gets a
+to_device op at its end if it has none (stoker then stages each batch in pinned memory, copies it
+asynchronously and hands it to torch through DLPack without another copy; docs/gpu.md). Put the
+image transforms in that op to run them on the GPU, e.g. pipe.to_device(field="jpg", mean=...,
+std=..., layout="CHW"). Needs stoker built with CUDA (-DSTOKER_CUDA=ON) and a GPU.
+
 Rank-aware: rank/world_size default to torch.distributed's when it is initialised, else the RANK
 and WORLD_SIZE environment variables, else 0/1; each rank reads its own contiguous share of every
 epoch's sample order (indexed sources).
@@ -19,6 +25,7 @@ import warnings
 
 import torch as _torch
 
+from . import _stoker
 from .pipeline import Pipeline
 
 # Arrays from stoker are read-only views; torch warns once about that for from_numpy. The memory is
@@ -35,10 +42,12 @@ def _default_rank_world():
 
 class IterableDataset(_torch.utils.data.IterableDataset):
     def __init__(self, pipeline, epoch=0, rank=None, world_size=None, pin_memory=False,
-                 threads=0):
+                 threads=0, device=None):
         super().__init__()
         if not hasattr(pipeline, "iterator"):  # a Pipeline or pipe.distribute(...) is used as is
             pipeline = Pipeline.from_spec(pipeline)
+        if device is not None:
+            pipeline = _on_device(pipeline, _torch.device(device))
         default_rank, default_world = _default_rank_world()
         self.pipeline = pipeline
         self.rank = default_rank if rank is None else rank
@@ -72,6 +81,10 @@ class IterableDataset(_torch.utils.data.IterableDataset):
             if name == "__keys__":
                 out[name] = value
                 continue
+            if isinstance(value, _stoker.DeviceArray):
+                # GPU memory: torch's current stream waits for the batch's event; no copy.
+                out[name] = _torch.from_dlpack(value)
+                continue
             tensor = _torch.from_numpy(value)
             if self.pin_memory:
                 tensor = tensor.pin_memory()
@@ -88,3 +101,18 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         """The next iteration resumes from `state` (its epoch included)."""
         self._pending_state = state
         self._epoch = state.get("epoch", self._epoch)
+
+
+def _on_device(pipeline, device):
+    """`pipeline` ending with a to_device op for `device` (a CUDA torch.device)."""
+    if device.type != "cuda":
+        raise ValueError(f"device={device}: stoker moves batches to CUDA devices only "
+                         "(leave device out for CPU tensors)")
+    index = device.index if device.index is not None else 0
+    op = pipeline._device_op()
+    if op is None:
+        return pipeline.op("to_device", device=index)
+    if op.get("device", 0) != index:
+        raise ValueError(f"device={device} but the pipeline's to_device op names device "
+                         f"{op.get('device', 0)}")
+    return pipeline

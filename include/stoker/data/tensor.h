@@ -60,6 +60,9 @@ struct Tensor {
   DType dtype = DType::kBytes;
   std::vector<int64_t> shape;  // empty for a scalar
   Buffer data;
+  // -1: `data` is host memory. Otherwise the CUDA device whose memory `data` points into (made
+  // only by the to_device op, see to_device.h): its bytes must not be read on the host.
+  int32_t device = -1;
 
   int64_t NumValues() const;        // product of shape (1 for a scalar)
   std::string ShapeString() const;  // "[224,224,3]"

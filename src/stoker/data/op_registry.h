@@ -31,6 +31,7 @@ namespace stoker::data {
 struct OpContext {
   std::string name;            // the op's name as written in the spec, e.g. "padded_batch"
   size_t index = 0;            // the op's position in $.ops
+  bool last = false;           // the op is the last one in $.ops
   uint64_t pipeline_seed = 0;  // $.seed
   // The graph built so far as one node (pending element-wise ops are first fused into a map
   // stage). Call it only after the parameters are read and checked.

@@ -190,6 +190,7 @@ struct PipelineBuilder {
         OpContext context;
         context.name = name;
         context.index = i;
+        context.last = i + 1 == ops.size();
         context.pipeline_seed = seed;
         context.input = [this] {
           FlushSteps();

@@ -93,7 +93,7 @@ DeviceBlock::~DeviceBlock() {
   if (ready_event_ != 0) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(ready_event_));
 }
 
-absl::Status DeviceBlock::WaitOnStream(uintptr_t stream) {
+absl::Status DeviceBlock::WaitOnStream(uintptr_t stream) const {
   if (stream == static_cast<uintptr_t>(-1)) return absl::OkStatus();
   STOKER_CUDA_RETURN(cudaSetDevice(device_));
   STOKER_CUDA_RETURN(
@@ -271,12 +271,10 @@ absl::StatusOr<DeviceArray> DeviceBatcher::SubmitTransform(const HostArray& in,
   return DeviceArray{*std::move(output), out_type, std::move(shape)};
 }
 
-absl::StatusOr<std::vector<uint8_t>> DeviceBatcher::CopyToHost(const DeviceArray& array) {
-  if (!array.block) return absl::InvalidArgumentError("empty DeviceArray");
-  if (absl::Status s = array.block->Synchronize(); !s.ok()) return s;
-  std::vector<uint8_t> out(array.block->size());
-  STOKER_CUDA_RETURN(
-      cudaMemcpy(out.data(), array.block->data(), out.size(), cudaMemcpyDeviceToHost));
+absl::StatusOr<std::vector<uint8_t>> DeviceBlock::CopyToHost() const {
+  if (absl::Status s = Synchronize(); !s.ok()) return s;
+  std::vector<uint8_t> out(size_);
+  STOKER_CUDA_RETURN(cudaMemcpy(out.data(), data_, size_, cudaMemcpyDeviceToHost));
   return out;
 }
 

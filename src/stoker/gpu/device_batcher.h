@@ -48,10 +48,11 @@ class DeviceBlock {
   // memory is later freed in `stream`'s order, so work queued on `stream` before the last
   // reference goes may still read it. stream: a cudaStream_t value, or 1 (the legacy default
   // stream) or 2 (the per-thread default stream), as in the DLPack protocol; -1 does nothing.
-  absl::Status WaitOnStream(uintptr_t stream);
-  absl::Status WaitOnStream(int64_t stream) { return WaitOnStream(static_cast<uintptr_t>(stream)); }
+  absl::Status WaitOnStream(uintptr_t stream) const;
   // Blocks the calling thread until the data is ready.
   absl::Status Synchronize() const;
+  // Waits for the data and copies it to host memory: for tests and checks.
+  absl::StatusOr<std::vector<uint8_t>> CopyToHost() const;
 
  private:
   friend class DeviceBatcher;
@@ -61,7 +62,8 @@ class DeviceBlock {
   size_t size_ = 0;
   int device_ = 0;
   uintptr_t ready_event_ = 0;
-  std::atomic<uintptr_t> free_stream_{0};  // the batcher's stream until a consumer's is known
+  mutable std::atomic<uintptr_t> free_stream_{
+      0};  // the batcher's stream until a consumer's is known
 };
 
 struct DeviceArray {
@@ -116,7 +118,10 @@ class DeviceBatcher {
   DeviceBatcherStats stats() const { return stats_; }
 
   // Copies a device array back to host memory (waits): for tests and checks.
-  static absl::StatusOr<std::vector<uint8_t>> CopyToHost(const DeviceArray& array);
+  static absl::StatusOr<std::vector<uint8_t>> CopyToHost(const DeviceArray& array) {
+    if (!array.block) return absl::InvalidArgumentError("empty DeviceArray");
+    return array.block->CopyToHost();
+  }
 
  private:
   struct Slot;

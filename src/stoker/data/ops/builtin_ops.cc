@@ -15,6 +15,7 @@ void RegisterBuiltinOps() {
     RegisterShuffleOp();   // shuffle_op.cc: shuffle
     RegisterBatchOps();    // batch_ops.cc: batch, padded_batch, bucket_by_length
     RegisterControlOps();  // control_ops.cc: repeat, take, skip, prefetch
+    RegisterDeviceOp();    // device_op.cc: to_device
     // Element-wise ops (transforms).
     RegisterImageTransforms();  // image_transforms.cc: decode_image, resize, center_crop,
                                 // random_resized_crop, flip, normalize

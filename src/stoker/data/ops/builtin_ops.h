@@ -12,6 +12,7 @@ namespace stoker::data {
 void RegisterShuffleOp();
 void RegisterBatchOps();
 void RegisterControlOps();
+void RegisterDeviceOp();
 void RegisterImageTransforms();
 void RegisterFieldTransforms();
 

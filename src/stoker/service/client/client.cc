@@ -9,12 +9,15 @@
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 #include "stoker/data/pipeline.h"
+#include "stoker/data/random.h"
+#include "stoker/data/to_device.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
 
 namespace stoker::service {
 namespace {
 using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
 // Far above any split's element count (splits are ~100 ms of work), far below overflow.
 constexpr int64_t kMaxSequence = int64_t{1} << 40;
 }  // namespace
@@ -29,8 +32,31 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   RETURN_IF_ERROR(ParseCompression(options.compression).status());
   if (options.requests_per_worker < 1)
     return absl::InvalidArgumentError("requests_per_worker must be at least 1");
-  ASSIGN_OR_RETURN(auto pipeline, data::Pipeline::FromString(spec_json));
+  // The whole spec is validated here (a build without CUDA refuses a to_device op); the workers
+  // get it without a trailing to_device, which this client applies to what it receives.
+  ASSIGN_OR_RETURN(auto full_pipeline, data::Pipeline::FromString(spec_json));
+  const data::DeviceSplit split = data::SplitDeviceOp(full_pipeline->spec());
+  std::unique_ptr<data::DeviceStage> device_stage;
+  if (!split.device_op.is_null()) {
+    data::ParamReader p(split.device_op, data::IndexPath("$.ops", split.op_index),
+                        "op 'to_device'");
+    p.String("op");
+    data::ToDeviceOptions device_options = data::ParseToDeviceOptions(p);
+    RETURN_IF_ERROR(p.Finish());
+    // The op's seed as the in-process pipeline derives it (pipeline seed, op index).
+    const json& seed = full_pipeline->spec().value("seed", json(0));
+    const uint64_t op_seed = data::MixSeed(
+        {seed.is_number_integer() ? seed.get<uint64_t>() : 0, uint64_t{split.op_index}});
+    auto stage = data::DeviceStage::Create(device_options, op_seed);
+    if (!stage.ok()) return Annotate(stage.status(), "to_device at the service consumer");
+    device_stage = *std::move(stage);
+  }
+  ASSIGN_OR_RETURN(auto pipeline, split.device_op.is_null()
+                                      ? absl::StatusOr<std::shared_ptr<const data::Pipeline>>(
+                                            std::move(full_pipeline))
+                                      : data::Pipeline::FromJson(split.host_spec));
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
+  c->device_stage_ = std::move(device_stage);
   c->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
   GetOrCreateJobRequest req;
   req.set_spec_json(pipeline->spec().dump());
@@ -252,6 +278,14 @@ void ServiceClient::FetchLoop() {
 }
 
 absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext() {
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, GetNextHost());
+  if (!e || !device_stage_) return e;
+  auto on_device = device_stage_->Apply(*std::move(e));
+  if (!on_device.ok()) return Annotate(on_device.status(), "to_device at the service consumer");
+  return *std::move(on_device);
+}
+
+absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost() {
   std::string payload;
   {
     absl::MutexLock lock(&mu_);

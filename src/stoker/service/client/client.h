@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "stoker/data/tensor.h"
+#include "stoker/data/to_device.h"
 #include "stoker/service.grpc.pb.h"
 
 namespace stoker::service {
@@ -71,7 +72,8 @@ class ServiceClient {
                                                              const std::string& spec_json);
   ~ServiceClient();  // stops and joins its threads
 
-  // The next element; nullopt at the end of the job's data.
+  // The next element; nullopt at the end of the job's data. When the spec ends with to_device,
+  // the workers run it without that op and the element is moved to this process's GPU here.
   absl::StatusOr<std::optional<data::Element>> GetNext();
 
   int64_t job_id() const { return job_id_; }
@@ -97,6 +99,8 @@ class ServiceClient {
   };
 
   explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
+  // The next element as the workers sent it.
+  absl::StatusOr<std::optional<data::Element>> GetNextHost();
   void HeartbeatLoop();
   // One thread of the fetch pool: takes the workers in turn, one request at a time.
   void FetchLoop();
@@ -110,6 +114,7 @@ class ServiceClient {
   int64_t job_id_ = 0;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
+  std::unique_ptr<data::DeviceStage> device_stage_;  // the spec's to_device, or null
 
   mutable absl::Mutex mu_;
   int64_t client_id_ ABSL_GUARDED_BY(mu_) = 0;

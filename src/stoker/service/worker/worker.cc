@@ -11,6 +11,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 #include "stoker/data/pipeline.h"
+#include "stoker/data/to_device.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/elements_response.h"
 #include "stoker/service/common/grpc_util.h"
@@ -229,10 +230,25 @@ bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
   return true;
 }
 
+// The task's pipeline. A spec ending with to_device is refused: that op hands batches over in the
+// consumer's GPU memory, so only the consumer can run it (ServiceClient sends specs without it).
+static absl::StatusOr<std::shared_ptr<const data::Pipeline>> TaskPipeline(
+    const std::string& spec, const data::PluginPolicy& plugins) {
+  nlohmann::json parsed = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
+  const data::DeviceSplit split = data::SplitDeviceOp(parsed);
+  if (!split.device_op.is_null()) {
+    return absl::FailedPreconditionError(
+        StrCat("$.ops[", split.op_index,
+               "]: to_device runs at the consumer, not on a worker (a worker's batches go over the "
+               "network, not to its own GPU); the stoker service client strips it from the spec it "
+               "sends and applies it to the batches it receives"));
+  }
+  return data::Pipeline::FromString(spec, plugins);
+}
+
 absl::Status Worker::RunWholePipeline(Task* task) {
-  ASSIGN_OR_RETURN(
-      auto pipeline,
-      data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  ASSIGN_OR_RETURN(auto pipeline,
+                   TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
   int64_t seq = 0;
   for (int64_t epoch = 0; epoch < task->num_epochs; ++epoch) {
     auto it = pipeline->MakeIterator(epoch, options_.threads);
@@ -249,9 +265,8 @@ absl::Status Worker::RunWholePipeline(Task* task) {
 }
 
 absl::Status Worker::RunDynamic(Task* task) {
-  ASSIGN_OR_RETURN(
-      auto pipeline,
-      data::Pipeline::FromString(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  ASSIGN_OR_RETURN(auto pipeline,
+                   TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
   const int64_t batch = BatchSize(pipeline->spec());
   int64_t wanted = std::max<int64_t>(batch, 16);
   int64_t last_split_id = -1;
