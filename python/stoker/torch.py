@@ -111,7 +111,10 @@ def _on_device(pipeline, device):
     index = device.index if device.index is not None else 0
     op = pipeline._device_op()
     if op is None:
-        return pipeline.op("to_device", device=index)
+        pipeline = pipeline.op("to_device", device=index)
+        if hasattr(pipeline, "_compile"):
+            pipeline._compile()  # a build without CUDA says so now, not at the first batch
+        return pipeline
     if op.get("device", 0) != index:
         raise ValueError(f"device={device} but the pipeline's to_device op names device "
                          f"{op.get('device', 0)}")

@@ -24,6 +24,28 @@ absl::Status CudaError(cudaError_t e, const char* what) {
     }                                             \
   } while (0)
 
+// Makes `device` the calling thread's current CUDA device for a scope and restores the previous
+// one after, so that stoker never changes the device a caller (e.g. torch) works on.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) error_ = cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0 && error_ == cudaSuccess) cudaSetDevice(previous_);
+  }
+  cudaError_t error() const { return error_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t error_ = cudaSuccess;
+};
+
+#define STOKER_DEVICE_SCOPE(device) \
+  DeviceScope device_scope(device); \
+  STOKER_CUDA_RETURN(device_scope.error())
+
 cudaStream_t AsStream(uintptr_t value) {
   if (value == 0 || value == 1) return cudaStreamLegacy;
   if (value == 2) return cudaStreamPerThread;
@@ -45,7 +67,7 @@ struct BatcherShared {
   bool own_stream = false;
   cudaMemPool_t pool = nullptr;
   ~BatcherShared() {
-    cudaSetDevice(device);
+    DeviceScope device_scope(device);
     cudaStreamSynchronize(stream);
     if (own_stream) cudaStreamDestroy(stream);
     if (pool != nullptr) cudaMemPoolDestroy(pool);
@@ -88,14 +110,14 @@ int CudaDeviceCount(std::string* why) {
 }
 
 DeviceBlock::~DeviceBlock() {
-  cudaSetDevice(device_);
+  DeviceScope device_scope(device_);
   if (data_ != nullptr) cudaFreeAsync(data_, AsStream(free_stream_.load()));
   if (ready_event_ != 0) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(ready_event_));
 }
 
 absl::Status DeviceBlock::WaitOnStream(uintptr_t stream) const {
   if (stream == static_cast<uintptr_t>(-1)) return absl::OkStatus();
-  STOKER_CUDA_RETURN(cudaSetDevice(device_));
+  STOKER_DEVICE_SCOPE(device_);
   STOKER_CUDA_RETURN(
       cudaStreamWaitEvent(AsStream(stream), reinterpret_cast<cudaEvent_t>(ready_event_), 0));
   free_stream_.store(stream);
@@ -103,7 +125,7 @@ absl::Status DeviceBlock::WaitOnStream(uintptr_t stream) const {
 }
 
 absl::Status DeviceBlock::Synchronize() const {
-  STOKER_CUDA_RETURN(cudaSetDevice(device_));
+  STOKER_DEVICE_SCOPE(device_);
   STOKER_CUDA_RETURN(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(ready_event_)));
   return absl::OkStatus();
 }
@@ -111,7 +133,7 @@ absl::Status DeviceBlock::Synchronize() const {
 DeviceBatcher::DeviceBatcher(const DeviceBatcherOptions& options) : options_(options) {}
 
 DeviceBatcher::~DeviceBatcher() {
-  cudaSetDevice(options_.device);
+  DeviceScope device_scope(options_.device);
   slots_.clear();  // waits for their copies
 }
 
@@ -131,7 +153,7 @@ absl::StatusOr<std::unique_ptr<DeviceBatcher>> DeviceBatcher::Create(
   std::unique_ptr<DeviceBatcher> b(new DeviceBatcher(options));
   auto shared = std::make_shared<BatcherShared>();
   shared->device = options.device;
-  STOKER_CUDA_RETURN(cudaSetDevice(options.device));
+  STOKER_DEVICE_SCOPE(options.device);
   if (options.own_stream) {
     STOKER_CUDA_RETURN(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking));
     shared->own_stream = true;
@@ -214,7 +236,7 @@ absl::Status DeviceBatcher::Finish(DeviceBlock& block) {
 }
 
 absl::StatusOr<DeviceArray> DeviceBatcher::Submit(const HostArray& in) {
-  STOKER_CUDA_RETURN(cudaSetDevice(options_.device));
+  STOKER_DEVICE_SCOPE(options_.device);
   const size_t bytes = in.ByteSize();
   auto slot = AcquireSlot(bytes);
   if (!slot.ok()) return slot.status();
@@ -242,7 +264,7 @@ absl::StatusOr<DeviceArray> DeviceBatcher::SubmitTransform(const HostArray& in,
   if (std::string why = CheckTransform(p, samples.data(), in.type, out_type); !why.empty()) {
     return absl::InvalidArgumentError(why);
   }
-  STOKER_CUDA_RETURN(cudaSetDevice(options_.device));
+  STOKER_DEVICE_SCOPE(options_.device);
   // The input and the per-sample parameters travel together through one staging buffer.
   const size_t in_bytes = AlignUp(in.ByteSize());
   const size_t sample_bytes = samples.size() * sizeof(SampleParams);
@@ -273,6 +295,7 @@ absl::StatusOr<DeviceArray> DeviceBatcher::SubmitTransform(const HostArray& in,
 
 absl::StatusOr<std::vector<uint8_t>> DeviceBlock::CopyToHost() const {
   if (absl::Status s = Synchronize(); !s.ok()) return s;
+  STOKER_DEVICE_SCOPE(device_);
   std::vector<uint8_t> out(size_);
   STOKER_CUDA_RETURN(cudaMemcpy(out.data(), data_, size_, cudaMemcpyDeviceToHost));
   return out;
