@@ -8,7 +8,8 @@ cd "$(dirname "$0")/../.."
 CARRY=${1:-build-gpu-carry}
 OUT=${OUT:-/tmp/stoker-gpu-check}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The carried libraries serve the carried programs only (not the machine's python3).
+carried() { LD_LIBRARY_PATH="$PWD/$CARRY/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 status=0
 
 {
@@ -22,7 +23,7 @@ status=0
 } >"$OUT/gpu.md"
 
 echo "== cuda_test (DeviceBatcher and kernels against the CPU reference)"
-if "$CARRY/cuda_test" 2>&1 | tee "$OUT/cuda_test.log"; then
+if carried "$CARRY/cuda_test" 2>&1 | tee "$OUT/cuda_test.log"; then
   verdict="all passed"
 else
   verdict="FAILED (see cuda_test.log)"
@@ -34,7 +35,7 @@ echo "Unit tests of the CUDA build (\`cuda_test\`): $verdict ($passed passed, $s
 echo >>"$OUT/gpu.md"
 
 echo "== stoker_gpu_check"
-if ! "$CARRY/stoker_gpu_check" "$@" 2>"$OUT/gpu_check.err" | tee "$OUT/gpu_check.md"; then
+if ! carried "$CARRY/stoker_gpu_check" "${@:2}" 2>"$OUT/gpu_check.err" | tee "$OUT/gpu_check.md"; then
   status=1
 fi
 cat "$OUT/gpu_check.err" >&2
