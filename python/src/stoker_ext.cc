@@ -39,6 +39,8 @@
 #include "stoker/io/url.h"
 #ifdef STOKER_HAVE_SERVICE
 #include "stoker/service/client/client.h"
+#include "stoker/service/dispatcher/dispatcher.h"
+#include "stoker/service/worker/worker.h"
 #endif
 
 namespace py = pybind11;
@@ -305,18 +307,25 @@ class File {
 };
 
 #ifdef STOKER_HAVE_SERVICE
-// One consumer of a service job (service::ServiceClient): the same elements as Iterator, produced
-// by the service's workers.
-class ServiceIterator {
+// One consumer of a service job (service::ServiceClient), epoch by epoch: next() returns the
+// epoch's elements, then None at its end; advance_epoch() moves on.
+class ServiceConsumer {
  public:
-  ServiceIterator(const std::string& dispatcher, const std::string& job_name,
-                  const std::string& spec_json, const std::string& sharding,
-                  const std::string& compression) {
+  explicit ServiceConsumer(const py::dict& o) {
     service::ServiceClientOptions options;
-    options.dispatcher_address = dispatcher;
-    options.job_name = job_name;
-    options.sharding = sharding;
-    options.compression = compression;
+    options.dispatcher_address = o["dispatcher"].cast<std::string>();
+    options.job_name = o["job_name"].cast<std::string>();
+    options.sharding = o["sharding"].cast<std::string>();
+    options.compression = o["compression"].cast<std::string>();
+    options.num_epochs = o["num_epochs"].cast<int64_t>();
+    options.first_epoch = o["first_epoch"].cast<int64_t>();
+    options.num_consumers = o["num_consumers"].cast<int64_t>();
+    options.consumer_index = o["consumer_index"].cast<int64_t>();
+    options.partial_round = o["partial_round"].cast<std::string>();
+    options.deterministic = o["deterministic"].cast<bool>();
+    options.no_worker_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(o["no_worker_timeout"].cast<double>() * 1000));
+    const std::string spec_json = o["spec_json"].cast<std::string>();
     absl::StatusOr<std::unique_ptr<service::ServiceClient>> client;
     {
       py::gil_scoped_release release;
@@ -325,14 +334,43 @@ class ServiceIterator {
     client_ = ValueOrRaise(std::move(client));
   }
 
-  py::dict Next() {
-    if (client_ == nullptr) throw py::stop_iteration();
-    return NextAsDict([this] { return client_->GetNext(); });
+  // The next element of the epoch, or None at its end. Waits in slices with the GIL released
+  // and checks for signals between them, so Ctrl-C raises KeyboardInterrupt within ~0.2 s.
+  py::object Next() {
+    if (client_ == nullptr) throw std::runtime_error("the service consumer was closed");
+    while (true) {
+      absl::StatusOr<std::optional<data::Element>> next;
+      {
+        py::gil_scoped_release release;
+        next = client_->GetNext(absl::Milliseconds(200));
+      }
+      if (!next.ok() && absl::IsDeadlineExceeded(next.status())) {
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        continue;
+      }
+      if (!next.ok()) Raise(next.status());
+      if (!next->has_value()) return py::none();
+      return ElementToDict(**next);
+    }
   }
 
+  bool AdvanceEpoch() { return client_ != nullptr && client_->AdvanceEpoch(); }
+  int64_t epoch() const { return client_ ? client_->epoch() : -1; }
   int64_t job_id() const { return client_ ? client_->job_id() : -1; }
 
-  // Destroying the client joins its threads, which never take the GIL.
+  // Samples per epoch as the job's workers counted them (waits up to `timeout` seconds).
+  int64_t NumSamples(double timeout) {
+    if (client_ == nullptr) throw std::runtime_error("the service consumer was closed");
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->WaitForJobInfo(absl::Seconds(timeout));
+    }
+    if (!s.ok()) Raise(s);
+    return client_->num_samples();
+  }
+
+  // Leaves the job; destroying the client joins its threads, which never take the GIL.
   void Close() {
     py::gil_scoped_release release;
     client_.reset();
@@ -340,6 +378,68 @@ class ServiceIterator {
 
  private:
   std::unique_ptr<service::ServiceClient> client_;
+};
+
+// In-process servers, for notebooks and tests (as tf.data's DispatchServer / WorkerServer).
+class DispatcherServer {
+ public:
+  DispatcherServer(int port, const std::string& work_dir, int64_t worker_timeout_ms,
+                   int64_t client_timeout_ms) {
+    service::DispatcherOptions options;
+    options.port = port;
+    options.work_dir = work_dir;
+    options.worker_timeout = std::chrono::milliseconds(worker_timeout_ms);
+    options.client_timeout = std::chrono::milliseconds(client_timeout_ms);
+    absl::StatusOr<std::unique_ptr<service::Dispatcher>> d;
+    {
+      py::gil_scoped_release release;
+      d = service::Dispatcher::Start(options);
+    }
+    dispatcher_ = ValueOrRaise(std::move(d));
+    port_ = dispatcher_->port();
+  }
+  int port() const { return port_; }
+  void Stop() {
+    py::gil_scoped_release release;
+    dispatcher_.reset();
+  }
+
+ private:
+  std::unique_ptr<service::Dispatcher> dispatcher_;
+  int port_ = 0;
+};
+
+class WorkerServer {
+ public:
+  WorkerServer(const std::string& dispatcher, int port, const std::string& host, int threads,
+               int64_t buffer_bytes, int64_t heartbeat_ms) {
+    service::WorkerOptions options;
+    options.dispatcher_address = ValueOrRaise(service::NormalizeDispatcherAddress(dispatcher));
+    options.port = port;
+    options.host = host;
+    options.threads = threads;
+    if (buffer_bytes > 0) options.buffer_bytes = buffer_bytes;
+    options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+    absl::StatusOr<std::unique_ptr<service::Worker>> w;
+    {
+      py::gil_scoped_release release;
+      w = service::Worker::Start(options);
+    }
+    worker_ = ValueOrRaise(std::move(w));
+    address_ = worker_->address();
+  }
+  const std::string& address() const { return address_; }
+  // drain_timeout > 0: a graceful stop (finish the splits it runs, hand over what it holds).
+  void Stop(double drain_timeout) {
+    py::gil_scoped_release release;
+    if (worker_ && drain_timeout > 0)
+      worker_->Drain(std::chrono::milliseconds(static_cast<int64_t>(drain_timeout * 1000)));
+    worker_.reset();
+  }
+
+ private:
+  std::unique_ptr<service::Worker> worker_;
+  std::string address_;
 };
 #endif
 
@@ -533,15 +633,26 @@ PYBIND11_MODULE(_stoker, m) {
 
 #ifdef STOKER_HAVE_SERVICE
   m.attr("HAVE_SERVICE") = true;
-  py::class_<ServiceIterator>(m, "ServiceIterator")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&>(),
-           py::arg("dispatcher"), py::arg("job_name"), py::arg("spec_json"),
-           py::arg("sharding") = "dynamic", py::arg("compression") = "none")
-      .def("__iter__", [](py::object self) { return self; })
-      .def("__next__", &ServiceIterator::Next)
-      .def("close", &ServiceIterator::Close)
-      .def_property_readonly("job_id", &ServiceIterator::job_id);
+  py::class_<ServiceConsumer>(m, "ServiceConsumer")
+      .def(py::init<const py::dict&>(), py::arg("options"))
+      .def("next", &ServiceConsumer::Next)
+      .def("advance_epoch", &ServiceConsumer::AdvanceEpoch)
+      .def("num_samples", &ServiceConsumer::NumSamples, py::arg("timeout") = 60.0)
+      .def("close", &ServiceConsumer::Close)
+      .def_property_readonly("epoch", &ServiceConsumer::epoch)
+      .def_property_readonly("job_id", &ServiceConsumer::job_id);
+  py::class_<DispatcherServer>(m, "DispatcherServer")
+      .def(py::init<int, const std::string&, int64_t, int64_t>(), py::arg("port") = 0,
+           py::arg("work_dir") = "", py::arg("worker_timeout_ms") = 3000,
+           py::arg("client_timeout_ms") = 30000)
+      .def_property_readonly("port", &DispatcherServer::port)
+      .def("stop", &DispatcherServer::Stop);
+  py::class_<WorkerServer>(m, "WorkerServer")
+      .def(py::init<const std::string&, int, const std::string&, int, int64_t, int64_t>(),
+           py::arg("dispatcher"), py::arg("port") = 0, py::arg("host") = "127.0.0.1",
+           py::arg("threads") = 0, py::arg("buffer_bytes") = 0, py::arg("heartbeat_ms") = 500)
+      .def_property_readonly("address", &WorkerServer::address)
+      .def("stop", &WorkerServer::Stop, py::arg("drain_timeout") = 0.0);
 #else
   m.attr("HAVE_SERVICE") = false;
 #endif

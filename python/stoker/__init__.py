@@ -12,6 +12,7 @@ FileNotFoundError, other failures stoker.StokerError.
 from ._stoker import Buffer, DeviceArray, StokerError
 from .pipeline import Iterator, Pipeline, dataset, from_spec, memory_range, tar, tfrecord
 from .storage import ls, open
+from . import service
 
 __all__ = ["Buffer", "DeviceArray", "Iterator", "Pipeline", "StokerError", "dataset", "from_spec",
-           "ls", "memory_range", "open", "tar", "tfrecord"]
+           "ls", "memory_range", "open", "service", "tar", "tfrecord"]

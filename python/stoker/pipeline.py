@@ -128,29 +128,48 @@ class Pipeline:
                                 stream=stream, in_flight=in_flight))
 
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
-                   deterministic=None, sharding="dynamic", compression="none"):
-        """The same pipeline, run by the stoker service's workers (dispatcher "host:port").
-        Consumers that give the same job_name share one job (each element goes to one of them);
-        without a name the job is this consumer's own. deterministic sets the spec's key.
+                   deterministic=None, sharding="dynamic", compression="none",
+                   partial_round="drop", num_epochs=None, no_worker_timeout=0):
+        """The same pipeline, run by the stoker service's workers (dispatcher "host:port" or
+        "grpc://host:port"). Only the workers open the data: this process needs no storage
+        credentials.
+
+        Each iteration of the result is the next epoch of one job (set_epoch(e) picks one): epoch e
+        has the order and augmentation of the in-process epoch e.
+        job_name: consumers that give the same name share one job; each element goes to one of
+        them, first come first served (a job that finished, or that nobody consumed for the
+        dispatcher's client timeout, is never joined: the name then starts a new job). Without a
+        name the job is this consumer's own.
+        num_consumers / consumer_index: coordinated reads for synchronous training (all ranks use
+        one job_name): every consumer gets one batch per round and the same number of batches per
+        epoch; partial_round "drop" (default) or "pad" says what happens to an incomplete round.
+        The torch adapter fills them from torch.distributed's rank and world size.
+        deterministic: deliver in the job's global order (the in-process order); one consumer.
         compression ("none", "zstd" or "lz4") compresses elements on the wire (worth it when the
-        network, not the workers' CPU, is the limit).
-        num_consumers / consumer_index (coordinated reads) are not supported by the service
-        client yet: only None or 1 / 0."""
+        network, not the workers' CPU, is the limit). num_epochs: epochs the job may run (default:
+        as many as you iterate). no_worker_timeout: seconds without any worker before an error
+        (default 0: wait, logging every 10 s)."""
         if not getattr(_stoker, "HAVE_SERVICE", False):
             raise NotImplementedError(
                 "Pipeline.distribute: this build has no service client (src/stoker/service); "
                 "run in-process by iterating the pipeline")
-        if num_consumers not in (None, 1) or consumer_index not in (None, 0):
-            raise NotImplementedError("distribute: num_consumers/consumer_index (coordinated "
-                                      "reads) are not supported by the service client yet")
-        spec = self.spec
-        if deterministic is not None:
-            spec["deterministic"] = bool(deterministic)
         if compression not in ("none", "zstd", "lz4"):
             raise ValueError(f"distribute: unknown compression {compression!r}: use 'none', "
                              "'zstd' or 'lz4'")
-        return DistributedPipeline(Pipeline(spec), dispatcher, job_name or "", sharding,
-                                   compression)
+        if sharding not in ("dynamic", "off"):
+            raise ValueError(f"distribute: unknown sharding {sharding!r}: use 'dynamic' or 'off'")
+        if partial_round not in ("drop", "pad"):
+            raise ValueError(f"distribute: unknown partial_round {partial_round!r}: use 'drop' or "
+                             "'pad'")
+        if (num_consumers is None) != (consumer_index is None):
+            raise ValueError("distribute: give num_consumers and consumer_index together")
+        if num_consumers is not None and not 0 <= consumer_index < num_consumers:
+            raise ValueError(f"distribute: consumer_index {consumer_index} is not 0 .. "
+                             f"{num_consumers - 1}")
+        return DistributedPipeline(self, dispatcher, job_name or "", sharding, compression,
+                                   num_consumers=num_consumers, consumer_index=consumer_index,
+                                   partial_round=partial_round, deterministic=bool(deterministic),
+                                   num_epochs=num_epochs, no_worker_timeout=no_worker_timeout)
 
     def _device_op(self):
         """The trailing to_device op of the spec, or None."""
@@ -230,18 +249,36 @@ class Iterator:
         self._epoch = state.get("epoch", self._epoch)
 
 
-class DistributedPipeline:
-    """A Pipeline served by the stoker service: iterate it like a Pipeline. Each iteration is one
-    pass over the job's data (for epoch e of a named job, the job "<job_name>/epoch-<e>").
-    state_dict() is not available through the service yet."""
+# Epochs a job may run when the caller does not say: "as many as iterated". The job ends when its
+# last consumer leaves.
+_OPEN_ENDED_EPOCHS = 100000
 
-    def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none"):
+
+class DistributedPipeline:
+    """A Pipeline served by the stoker service. Each iteration is the next epoch of one job
+    (set_epoch(e) or iterator(epoch=e) picks one); the job stays the same from epoch to epoch, so
+    workers move on to the next epoch without a pause. close() (or the end of the process) leaves
+    the job. state_dict() is not available through the service yet."""
+
+    def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none",
+                 num_consumers=None, consumer_index=None, partial_round="drop",
+                 deterministic=False, num_epochs=None, no_worker_timeout=0):
         self.pipeline = pipeline
         self.dispatcher = dispatcher
         self.job_name = job_name
         self.sharding = sharding
         self.compression = compression
-        pipeline._compile()  # a bad spec fails here, with its JSON path, not on the service
+        self.num_consumers = num_consumers
+        self.consumer_index = consumer_index
+        self.partial_round = partial_round
+        self.deterministic = deterministic
+        self.num_epochs = num_epochs
+        self.no_worker_timeout = no_worker_timeout
+        self._consumer = None
+        self._consumer_key = None
+        self._open_iterator = None  # the last iterator handed out, while unfinished
+        self._exhausted_epoch = None  # the consumer's epoch, once an iterator delivered all of it
+        self._next_epoch = 0
 
     @property
     def spec(self):
@@ -253,31 +290,137 @@ class DistributedPipeline:
     def op(self, name, **params):
         """The same service job settings with one more op (e.g. to_device, run by this consumer)."""
         return DistributedPipeline(self.pipeline.op(name, **params), self.dispatcher,
-                                   self.job_name, self.sharding, self.compression)
+                                   self.job_name, self.sharding, self.compression,
+                                   num_consumers=self.num_consumers,
+                                   consumer_index=self.consumer_index,
+                                   partial_round=self.partial_round,
+                                   deterministic=self.deterministic, num_epochs=self.num_epochs,
+                                   no_worker_timeout=self.no_worker_timeout)
+
+    def set_epoch(self, epoch):
+        """The epoch the next plain iteration delivers."""
+        self._next_epoch = int(epoch)
+
+    def _consumer_for(self, epoch, num_consumers, consumer_index, job_name):
+        key = (num_consumers, consumer_index, job_name)
+        c = self._consumer
+        # The consumer only moves forward: an epoch it is in the middle of, or has delivered,
+        # starts a new job.
+        reusable = (c is not None and self._consumer_key == key and c.epoch <= epoch and
+                    not (c.epoch == epoch and (self._open_iterator is not None or
+                                               self._exhausted_epoch == epoch)))
+        if reusable:
+            while c.epoch < epoch:
+                if not c.advance_epoch():
+                    reusable = False
+                    break
+        if not reusable:
+            self.close()
+            epochs = self.num_epochs if self.num_epochs is not None else _OPEN_ENDED_EPOCHS
+            c = _stoker.ServiceConsumer({
+                "dispatcher": self.dispatcher, "job_name": job_name,
+                "spec_json": self.pipeline.to_json(), "sharding": self.sharding,
+                "compression": self.compression, "num_epochs": int(epochs),
+                "first_epoch": int(epoch), "num_consumers": int(num_consumers),
+                "consumer_index": int(consumer_index), "partial_round": self.partial_round,
+                "deterministic": bool(self.deterministic),
+                "no_worker_timeout": float(self.no_worker_timeout)})
+            self._consumer, self._consumer_key = c, key
+        self._exhausted_epoch = None
+        return c
 
     def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
-        """rank/world_size are ignored: the job's consumers share its data dynamically."""
-        name = f"{self.job_name}/epoch-{epoch}" if self.job_name and epoch else self.job_name
-        return ServiceIterator(_stoker.ServiceIterator(self.dispatcher, name,
-                                                       self.pipeline.to_json(), self.sharding,
-                                                       self.compression))
+        """An iterator over epoch `epoch` of the job. With world_size > 1 and no num_consumers of
+        its own, the job is read with coordinated reads by world_size ranks (this one is `rank`);
+        threads is ignored (the workers run the pipeline)."""
+        n, i, name = self.num_consumers, self.consumer_index, self.job_name
+        if n is None and world_size > 1:
+            n, i = world_size, rank
+            if not name:
+                name = _shared_job_name(self.pipeline)
+        if n is None:
+            n, i = 0, 0
+        consumer = self._consumer_for(epoch, n, i, name)
+        it = ServiceIterator(consumer, self, epoch)
+        self._open_iterator = it
+        self._next_epoch = epoch + 1
+        return it
 
     def __iter__(self):
-        return self.iterator()
+        return self.iterator(epoch=self._next_epoch)
+
+    def close(self):
+        """Leaves the job now (the dispatcher hands what this consumer did not finish to the
+        others, or ends the job if it was the last consumer)."""
+        if self._consumer is not None:
+            self._consumer.close()
+        self._consumer = None
+        self._open_iterator = None
+        self._exhausted_epoch = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _shared_job_name(pipeline):
+    """One job name for every rank of a torch.distributed run: rank 0 draws it and broadcasts it."""
+    import hashlib
+    import uuid
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        dist = None
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("coordinated reads need a job_name that every rank gives "
+                         "(distribute(job_name=...)) when torch.distributed is not initialised")
+    # Hashed from the spec's text, not pipeline.fingerprint: that would open the data here.
+    digest = hashlib.sha256(pipeline.to_json().encode()).hexdigest()[:12]
+    name = [f"ddp-{digest}-{uuid.uuid4().hex[:12]}"]
+    dist.broadcast_object_list(name, src=0)
+    return name[0]
 
 
 class ServiceIterator:
-    def __init__(self, native):
-        self._native = native
+    """One epoch of a distributed pipeline."""
+
+    def __init__(self, consumer, owner, epoch):
+        self._consumer = consumer
+        self._owner = owner
+        self._epoch = epoch
+        self._done = False
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    @property
+    def job_id(self):
+        return self._consumer.job_id
+
+    def num_samples(self, timeout=60.0):
+        """Samples per epoch, as the job's workers counted them."""
+        return self._consumer.num_samples(timeout)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return self._native.__next__()
+        if self._done:
+            raise StopIteration
+        element = self._consumer.next()
+        if element is None:
+            self._done = True
+            if self._owner._open_iterator is self:
+                self._owner._open_iterator = None
+                self._owner._exhausted_epoch = self._epoch
+            raise StopIteration
+        return element
 
     def close(self):
-        self._native.close()
+        self._owner.close()
 
     def state_dict(self):
         raise NotImplementedError("state_dict through the service is not supported yet")

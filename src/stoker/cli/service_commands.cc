@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +50,7 @@ struct DispatcherCliOptions {
   int http_port = 0;
   std::string work_dir;
   int worker_timeout_ms = 3000;
+  int client_timeout_ms = 30000;
 };
 
 absl::Status RunDispatcher(const DispatcherCliOptions& o) {
@@ -57,6 +59,7 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.port = o.port;
   options.work_dir = o.work_dir;
   options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
+  options.client_timeout = std::chrono::milliseconds(o.client_timeout_ms);
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
   std::printf(
@@ -116,6 +119,12 @@ struct ConsumeOptions {
   std::string compression = "none";
   int requests_per_worker = 2;
   int64_t epochs = 1;
+  int64_t first_epoch = 0;
+  int64_t num_consumers = 0;
+  int64_t consumer_index = 0;
+  std::string partial_round = "drop";
+  bool deterministic = false;
+  double no_worker_timeout_s = 0;
   int64_t max_elements = -1;
   bool print_keys = false;
   int http_port = -1;
@@ -137,6 +146,15 @@ double Seconds(Clock::time_point start) {
 absl::Status RunConsume(const ConsumeOptions& o) {
   ASSIGN_OR_RETURN(std::string spec, ReadFile(o.spec));
   KeepDataPathAllocationsOnHeap();
+  // SIGINT/SIGTERM go to a thread of their own that cancels the client: the consumer stops at
+  // once, says so and leaves the job (its unfinished splits go to other consumers).
+  BlockStopSignals();
+  {
+    sigset_t wake;
+    sigemptyset(&wake);
+    sigaddset(&wake, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &wake, nullptr);
+  }
   std::unique_ptr<service::HealthServer> health;
   if (o.http_port >= 0) {
     ASSIGN_OR_RETURN(health, service::HealthServer::Start(o.http_port));
@@ -148,21 +166,72 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.compression = o.compression;
   options.requests_per_worker = o.requests_per_worker;
   options.num_epochs = o.epochs;
+  options.first_epoch = o.first_epoch;
+  options.num_consumers = o.num_consumers;
+  options.consumer_index = o.consumer_index;
+  options.partial_round = o.partial_round;
+  options.deterministic = o.deterministic;
+  options.no_worker_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.no_worker_timeout_s * 1000));
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   auto start = Clock::now();
-  ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(options, spec));
-  int64_t elements = 0, samples = 0;
+  // Open retries for up to its connect timeout: a signal meanwhile ends the process plainly.
+  std::atomic<service::ServiceClient*> current{nullptr};
+  std::atomic<bool> interrupted{false};
+  std::thread signals([&] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);  // our own wake-up at the end
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (sig == SIGUSR1) return;
+    interrupted = true;
+    if (service::ServiceClient* c = current.load()) {
+      c->Cancel();
+    } else {
+      std::fprintf(stderr, "consume: interrupted\n");
+      std::_Exit(130);
+    }
+  });
+  struct StopSignalThread {
+    std::thread* t;
+    ~StopSignalThread() {
+      pthread_kill(t->native_handle(), SIGUSR1);
+      t->join();
+    }
+  } stop_signals{&signals};
+  auto opened = service::ServiceClient::Open(options, spec);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<service::ServiceClient> client = std::move(*opened);
+  current = client.get();
+  if (interrupted) client->Cancel();
+  int64_t elements = 0, samples = 0, epoch_elements = 0;
   double first_seconds = 0;  // job start-up: until the first element arrived
+  absl::Status status;
   while (o.max_elements < 0 || elements < o.max_elements) {
-    ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
-    if (!e) break;
+    auto e = client->GetNext();
+    if (!e.ok()) {
+      status = e.status();
+      break;
+    }
+    if (!*e) {
+      std::fprintf(stderr, "epoch %lld: %lld elements\n", static_cast<long long>(client->epoch()),
+                   static_cast<long long>(epoch_elements));
+      epoch_elements = 0;
+      if (!client->AdvanceEpoch()) break;
+      continue;
+    }
     if (elements == 0) first_seconds = Seconds(start);
     ++elements;
-    samples += static_cast<int64_t>(e->keys.size());
+    ++epoch_elements;
+    samples += static_cast<int64_t>((*e)->keys.size());
     if (o.print_keys)
-      for (const auto& k : e->keys) std::fprintf(stdout, "%s\n", k.c_str());
+      for (const auto& k : (*e)->keys) std::fprintf(stdout, "%s\n", k.c_str());
   }
   std::fflush(stdout);
+  current = nullptr;
   double seconds = Seconds(start);
   auto stats = client->stats();
   std::fprintf(stderr,
@@ -172,7 +241,13 @@ absl::Status RunConsume(const ConsumeOptions& o) {
                static_cast<long long>(client->job_id()), seconds, elements / seconds,
                stats.bytes / 1e6 / seconds, static_cast<long long>(stats.duplicates),
                first_seconds * 1e3);
-  return absl::OkStatus();
+  if (interrupted) {
+    client.reset();  // leaves the job now
+    std::fprintf(stderr, "consume: interrupted\n");
+    std::fflush(nullptr);
+    std::_Exit(130);
+  }
+  return status;
 }
 
 // ---- stoker demo ----
@@ -331,6 +406,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "folder of the journal; a restart replays it (default: no journal)");
   d->add_option("--worker-timeout-ms", dispatcher_options.worker_timeout_ms,
                 "a worker silent this long is lost and its splits leased again (default 3000)");
+  d->add_option("--client-timeout-ms", dispatcher_options.client_timeout_ms,
+                "a consumer silent this long is removed (its unfinished splits go to the others); "
+                "a job without a live consumer this long is ended (default 30000)")
+      ->check(CLI::PositiveNumber);
   d->callback([=] { *result = RunDispatcher(dispatcher_options); });
 
   static WorkerCliOptions worker_options;
@@ -355,7 +434,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
 
   static ConsumeOptions consume_options;
   auto* c = app.add_subcommand("consume", "Read a pipeline's elements through the service");
-  c->add_option("--dispatcher", consume_options.dispatcher, "the dispatcher's HOST:PORT")
+  c->add_option("--dispatcher", consume_options.dispatcher,
+                "the dispatcher's HOST:PORT (or grpc://HOST:PORT)")
       ->required();
   c->add_option("SPEC", consume_options.spec, "pipeline spec (JSON file)")->required();
   c->add_option("--job-name", consume_options.job_name, "share the job by name (default: new job)");
@@ -372,6 +452,24 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   c->add_option("--epochs", consume_options.epochs,
                 "epochs of the job, one after another, without a pause between them (default 1)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--first-epoch", consume_options.first_epoch,
+                "the epoch the job starts at: its order and augmentation (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--num-consumers", consume_options.num_consumers,
+                "coordinated reads: this many consumers (e.g. ranks) each get one batch per "
+                "round and the same number per epoch (default 0: off)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--consumer-index", consume_options.consumer_index,
+                "coordinated reads: which consumer this is, 0 .. N-1")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--partial-round", consume_options.partial_round,
+                "coordinated reads: drop (default) or pad a split's incomplete round")
+      ->check(CLI::IsMember({"drop", "pad"}));
+  c->add_flag("--deterministic", consume_options.deterministic,
+              "deliver in the job's global order (the same as `stoker run`); one consumer");
+  c->add_option("--no-worker-timeout", consume_options.no_worker_timeout_s,
+                "fail after this many seconds without any registered worker (default: wait, "
+                "logging every 10 s)");
   c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
   c->add_flag("--print-keys", consume_options.print_keys,
               "print the key of every delivered sample, one a line, in delivery order");

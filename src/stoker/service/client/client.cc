@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
@@ -20,22 +21,57 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 // Far above any split's element count (splits are ~100 ms of work), far below overflow.
 constexpr int64_t kMaxSequence = int64_t{1} << 40;
+
+double Seconds(std::chrono::milliseconds d) { return d.count() / 1000.0; }
 }  // namespace
+
+absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address) {
+  std::string_view a = address;
+  if (a.starts_with("grpc://")) a.remove_prefix(7);
+  while (!a.empty() && a.back() == '/') a.remove_suffix(1);
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(StrCat("dispatcher address '", address, "': ", why,
+                                             "; expected HOST:PORT or grpc://HOST:PORT, e.g. "
+                                             "127.0.0.1:5000"));
+  };
+  if (a.empty()) return bad("empty");
+  if (a.find("://") != std::string_view::npos) return bad("only the grpc:// scheme is known");
+  size_t colon = a.rfind(':');
+  if (colon == std::string_view::npos) return bad("no port");
+  std::string_view host = a.substr(0, colon), port = a.substr(colon + 1);
+  if (host.empty()) return bad("no host");
+  int value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value < 1 ||
+      value > 65535)
+    return bad(StrCat("port '", port, "' is not a number 1 .. 65535"));
+  return std::string(a);
+}
 
 absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     const ServiceClientOptions& options, const std::string& spec_json) {
-  if (options.dispatcher_address.empty())
-    return absl::InvalidArgumentError("the client needs the dispatcher's HOST:PORT");
+  ASSIGN_OR_RETURN(std::string address, NormalizeDispatcherAddress(options.dispatcher_address));
   if (options.sharding != "dynamic" && options.sharding != "off")
     return absl::InvalidArgumentError(
         StrCat("unknown sharding '", options.sharding, "': use 'dynamic' or 'off'"));
   RETURN_IF_ERROR(ParseCompression(options.compression).status());
   if (options.requests_per_worker < 1)
     return absl::InvalidArgumentError("requests_per_worker must be at least 1");
-  // The whole spec is validated here (a build without CUDA refuses a to_device op); the workers
-  // get it without a trailing to_device, which this client applies to what it receives.
-  ASSIGN_OR_RETURN(auto full_pipeline, data::Pipeline::FromString(spec_json));
-  const data::DeviceSplit split = data::SplitDeviceOp(full_pipeline->spec());
+  if (options.num_consumers < 0 ||
+      (options.num_consumers > 0 &&
+       (options.consumer_index < 0 || options.consumer_index >= options.num_consumers)))
+    return absl::InvalidArgumentError(StrCat("consumer_index ", options.consumer_index,
+                                             " is not 0 .. num_consumers - 1 (num_consumers ",
+                                             options.num_consumers, ")"));
+  if (options.first_epoch < 0) return absl::InvalidArgumentError("first_epoch must be >= 0");
+  // Parsed and fingerprinted only: building the pipeline would open its data, which only the
+  // workers need to reach (they report a spec they cannot run as the job's error).
+  nlohmann::json full_spec = nlohmann::json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
+  if (full_spec.is_discarded() || !full_spec.is_object())
+    return absl::InvalidArgumentError("the pipeline spec is not a JSON object");
+  // The workers get the spec without a trailing to_device, which this client applies to what it
+  // receives (a build without CUDA refuses the op here).
+  const data::DeviceSplit split = data::SplitDeviceOp(full_spec);
   std::unique_ptr<data::DeviceStage> device_stage;
   if (!split.device_op.is_null()) {
     data::ParamReader p(split.device_op, data::IndexPath("$.ops", split.op_index),
@@ -44,37 +80,41 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     data::ToDeviceOptions device_options = data::ParseToDeviceOptions(p);
     RETURN_IF_ERROR(p.Finish());
     // The op's seed as the in-process pipeline derives it (pipeline seed, op index).
-    const json& seed = full_pipeline->spec().value("seed", json(0));
+    const json& seed = full_spec.value("seed", json(0));
     const uint64_t op_seed = data::MixSeed(
         {seed.is_number_integer() ? seed.get<uint64_t>() : 0, uint64_t{split.op_index}});
     auto stage = data::DeviceStage::Create(device_options, op_seed);
     if (!stage.ok()) return Annotate(stage.status(), "to_device at the service consumer");
     device_stage = *std::move(stage);
   }
-  ASSIGN_OR_RETURN(auto pipeline, split.device_op.is_null()
-                                      ? absl::StatusOr<std::shared_ptr<const data::Pipeline>>(
-                                            std::move(full_pipeline))
-                                      : data::Pipeline::FromJson(split.host_spec));
+  const nlohmann::json spec = split.device_op.is_null() ? full_spec : split.host_spec;
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->device_stage_ = std::move(device_stage);
-  c->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
+  c->address_ = address;
+  c->epoch_ = options.first_epoch;
+  c->first_epoch_ = options.first_epoch;
+  c->num_epochs_ = std::max<int64_t>(1, options.num_epochs);
+  c->epochs_done_ = options.first_epoch;
+  c->dispatcher_ = DispatcherService::NewStub(MakeChannel(address));
   GetOrCreateJobRequest req;
-  req.set_spec_json(pipeline->spec().dump());
-  req.set_fingerprint(pipeline->fingerprint());
-  req.set_num_samples(pipeline->source_size().value_or(0));
+  req.set_spec_json(spec.dump());
+  req.set_fingerprint(data::Pipeline::Fingerprint(spec));
   req.set_job_name(options.job_name);
   req.set_sharding(options.sharding);
   req.set_compression(options.compression);
   req.set_num_epochs(options.num_epochs);
-  auto deadline = Clock::now() + options.dispatcher_patience;
+  req.set_first_epoch(options.first_epoch);
+  req.set_num_consumers(options.num_consumers);
+  req.set_partial_round(options.partial_round);
+  req.set_deterministic(options.deterministic && options.num_consumers == 0);
+  auto deadline = Clock::now() + options.connect_timeout;
   auto backoff = std::chrono::milliseconds(50);
   while (true) {
     GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
-    // Wait for the connection (a dispatcher still starting is found as soon as it listens) but
-    // retry each second: without wait_for_ready, a call made while the first connection attempt
-    // fails was seen to hang for its whole deadline.
-    ctx.set_wait_for_ready(true);
+    // No wait_for_ready: a refused connection or an unknown host fails the call at once with
+    // the cause, which the error below names. Each attempt is bounded, so a call stuck on a
+    // first connection attempt cannot hold up the retries.
     SetDeadline(&ctx, std::chrono::seconds(1));
     grpc::Status s = c->dispatcher_->GetOrCreateJob(&ctx, req, &resp);
     if (s.ok()) {
@@ -83,8 +123,13 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     }
     bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!transient || Clock::now() > deadline)
-      return FromGrpc(s, StrCat("creating the job at dispatcher ", options.dispatcher_address));
+    if (!transient) return FromGrpc(s, StrCat("creating the job at dispatcher ", address));
+    if (Clock::now() + backoff > deadline)
+      return absl::UnavailableError(StrCat("cannot reach the dispatcher at ", address, " within ",
+                                           Seconds(options.connect_timeout),
+                                           " s (is it running, and is the address "
+                                           "right?): ",
+                                           s.error_message()));
     std::this_thread::sleep_for(backoff);  // retry back-off, not test synchronisation
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
@@ -94,9 +139,11 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
 
 ServiceClient::~ServiceClient() {
   std::vector<std::thread> threads;
+  int64_t client_id = 0;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    client_id = client_id_;
   }
   if (heartbeat_.joinable()) heartbeat_.join();  // no new fetch threads after this
   {
@@ -104,6 +151,23 @@ ServiceClient::~ServiceClient() {
     threads.swap(fetch_threads_);
   }
   for (auto& t : threads) t.join();
+  if (client_id != 0) {
+    // Leave at once, so that the dispatcher need not wait out the client timeout (and a job
+    // nobody reads any more ends now).
+    ClientHeartbeatRequest req;
+    req.set_job_id(job_id_);
+    req.set_client_id(client_id);
+    req.set_leaving(true);
+    req.set_consumer_index(options_.consumer_index);
+    {
+      absl::MutexLock lock(&mu_);
+      for (int64_t s : to_ack_) req.add_completed_splits(s);
+    }
+    ClientHeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::seconds(1));
+    (void)dispatcher_->ClientHeartbeat(&ctx, req, &resp);
+  }
 }
 
 ServiceClientStats ServiceClient::stats() const {
@@ -111,11 +175,38 @@ ServiceClientStats ServiceClient::stats() const {
   return stats_;
 }
 
+int64_t ServiceClient::num_samples() const {
+  absl::MutexLock lock(&mu_);
+  return num_samples_;
+}
+
+int64_t ServiceClient::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+void ServiceClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok()) error_ = absl::CancelledError("interrupted");
+}
+
+absl::Status ServiceClient::WaitForJobInfo(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto known = [&] { return (job_info_ && num_samples_ > 0) || !error_.ok() || finished_; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&known), timeout))
+    return absl::DeadlineExceededError(
+        StrCat("the size of job ", job_id_, " is not known yet: no worker has opened its data"));
+  return error_;
+}
+
 void ServiceClient::HeartbeatLoop() {
   auto last_ok = Clock::now();
+  auto workers_seen = Clock::now();  // when a worker was last registered (or we started)
+  auto last_log = Clock::now();
   while (true) {
     ClientHeartbeatRequest req;
     req.set_job_id(job_id_);
+    req.set_consumer_index(options_.consumer_index);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
@@ -129,9 +220,16 @@ void ServiceClient::HeartbeatLoop() {
     SetDeadline(&ctx, std::chrono::seconds(5));
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
     absl::MutexLock lock(&mu_);
+    auto now = Clock::now();
     if (s.ok()) {
-      last_ok = Clock::now();
+      last_ok = now;
       client_id_ = resp.client_id();
+      job_info_ = true;
+      num_samples_ = resp.num_samples();
+      first_epoch_ = resp.first_epoch();
+      num_epochs_ = std::max<int64_t>(1, resp.num_epochs());
+      epochs_done_ = resp.epochs_done();
+      if (client_id_ != req.client_id() && epoch_ < first_epoch_) epoch_ = first_epoch_;
       std::set<int64_t> acked(req.completed_splits().begin(), req.completed_splits().end());
       std::erase_if(to_ack_, [&](int64_t id) { return acked.count(id) > 0; });
       std::set<int64_t> live;
@@ -151,15 +249,36 @@ void ServiceClient::HeartbeatLoop() {
       }
       for (auto& [id, f] : fetchers_)
         if (!live.count(id)) f->removed = true;
-      if (!resp.job_error().empty())
+      if (resp.registered_workers() > 0) {
+        workers_seen = now;
+      } else if (!finished_) {
+        if (now - last_log >= options_.no_worker_log) {
+          SPDLOG_WARN(
+              "job {}: waiting for a worker: 0 registered at dispatcher {} (start "
+              "`stoker worker --dispatcher {}`)",
+              job_id_, address_, address_);
+          last_log = now;
+        }
+        if (options_.no_worker_timeout.count() > 0 &&
+            now - workers_seen > options_.no_worker_timeout && error_.ok())
+          error_ = absl::UnavailableError(StrCat("no worker registered at dispatcher ", address_,
+                                                 " for ", Seconds(options_.no_worker_timeout),
+                                                 " s; start workers with `stoker worker "
+                                                 "--dispatcher ",
+                                                 address_, "`"));
+      }
+      if (!resp.job_error().empty() && error_.ok())
         error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
       if (resp.job_finished()) finished_ = true;
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
-               s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", options_.dispatcher_address));
-    } else if (Clock::now() - last_ok > options_.dispatcher_patience) {
-      error_ = FromGrpc(
-          s, StrCat("dispatcher ", options_.dispatcher_address, " unreachable for too long"));
+               s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+               s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+               s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      if (error_.ok()) error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", address_));
+    } else if (now - last_ok > options_.dispatcher_patience) {
+      if (error_.ok())
+        error_ = FromGrpc(s, StrCat("dispatcher ", address_, " unreachable for more than ",
+                                    Seconds(options_.dispatcher_patience), " s"));
     }
     if (finished_ && to_ack_.empty()) {
       // Nothing more to learn; keep quiet until destruction.
@@ -173,25 +292,57 @@ void ServiceClient::HeartbeatLoop() {
   }
 }
 
-bool ServiceClient::Accept(Fetcher* f, const ElementData& d) {
+void ServiceClient::MaybeAck(int64_t split) {
+  auto it = splits_.find(split);
+  if (it == splits_.end()) return;
+  const SplitProgress& p = it->second;
+  if (p.last < 0 || static_cast<int64_t>(p.sequences.size()) != p.last + 1 || p.undelivered > 0)
+    return;
+  complete_.insert(split);
+  splits_.erase(it);
+  to_ack_.push_back(split);
+  ++stats_.splits;
+}
+
+void ServiceClient::Delivered(int64_t split) {
+  auto it = splits_.find(split);
+  if (it == splits_.end()) return;
+  --it->second.undelivered;
+  MaybeAck(split);
+}
+
+bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
   // Once per index of the worker's stream (a restart may send some again).
-  if (d.index() < f->received_below || !f->received_above.insert(d.index()).second) return false;
+  if (d->index() < f->received_below || !f->received_above.insert(d->index()).second) return false;
   while (!f->received_above.empty() && *f->received_above.begin() == f->received_below) {
     f->received_above.erase(f->received_above.begin());
     ++f->received_below;
   }
-  if (d.split_id() < 0) return true;  // sharding off: each worker's stream is its own
-  // Once per (split, sequence): a split re-run by another worker yields the same elements.
-  if (complete_.count(d.split_id())) return false;
-  SplitProgress& p = splits_[d.split_id()];
-  if (!p.sequences.insert(d.sequence()).second) return false;
-  if (d.last()) p.last = d.sequence();
-  if (p.last >= 0 && static_cast<int64_t>(p.sequences.size()) == p.last + 1) {
-    complete_.insert(d.split_id());
-    splits_.erase(d.split_id());
-    to_ack_.push_back(d.split_id());
-    ++stats_.splits;
+  if (d->split_id() < 0) {  // sharding off: each worker's stream is its own
+    if (d->empty()) return true;
+    ready_bytes_ += static_cast<int64_t>(d->payload().size());
+    fifo_.push_back(std::move(*d->mutable_payload()));
+    return true;
   }
+  // Once per (split, sequence): a split re-served by another worker yields the same elements.
+  if (complete_.count(d->split_id())) return false;
+  SplitProgress& p = splits_[d->split_id()];
+  if (!p.sequences.insert(d->sequence()).second) return false;
+  if (d->last()) p.last = d->sequence();
+  // An epoch this consumer moved past (AdvanceEpoch) is discarded as it arrives. In order, the
+  // expected pointer must still pass over it, so ordered clients keep it until its turn.
+  const bool stale = d->epoch() < epoch_ && !ordered();
+  if (!d->empty() && !stale) ++p.undelivered;
+  if (!stale && (!d->empty() || ordered())) {
+    Item item;
+    item.epoch = d->epoch();
+    item.last = d->last();
+    item.empty = d->empty();
+    item.payload = std::move(*d->mutable_payload());
+    ready_bytes_ += static_cast<int64_t>(item.payload.size());
+    items_[{d->split_id(), d->sequence()}] = std::move(item);
+  }
+  MaybeAck(d->split_id());
   return true;
 }
 
@@ -219,11 +370,17 @@ void ServiceClient::FetchLoop() {
       absl::MutexLock lock(&mu_);
       while (true) {
         if (stopping_) return;
-        if (ready_bytes_ < options_.prefetch_bytes && (f = NextFetcher()) != nullptr) break;
+        // Past the budget only while GetNext waits for an element that is not here (the next in
+        // order may be behind a full budget of later ones).
+        if ((ready_bytes_ < options_.prefetch_bytes || blocked_) && (f = NextFetcher()) != nullptr)
+          break;
         // Nothing to ask now (budget full, every worker busy or backing off): look again soon, or
         // when the consumer takes an element.
         int64_t bytes = ready_bytes_;
-        auto changed = [&] { return stopping_ || ready_bytes_ < bytes; };
+        bool was_blocked = blocked_;
+        auto changed = [&] {
+          return stopping_ || ready_bytes_ < bytes || (blocked_ && !was_blocked);
+        };
         mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(10));
       }
       last_fetched_ = f->worker_id;
@@ -235,6 +392,7 @@ void ServiceClient::FetchLoop() {
     }
     req.set_job_id(job_id_);
     req.set_max_bytes(options_.request_bytes);
+    req.set_consumer_index(options_.consumer_index);
     GetElementsResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(10));
@@ -242,6 +400,13 @@ void ServiceClient::FetchLoop() {
     absl::MutexLock lock(&mu_);
     --f->in_flight;
     if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+          s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        // The worker refuses this consumer (removed, or a job it cannot share): no retry helps.
+        if (error_.ok()) error_ = FromGrpc(s, StrCat("GetElements from worker ", f->address));
+        f->removed = true;
+        continue;
+      }
       // The worker may be gone (the dispatcher will stop listing it and re-lease its splits), or
       // only this response was lost: the next request sends again what was not received.
       f->restart = true;
@@ -263,13 +428,7 @@ void ServiceClient::FetchLoop() {
         f->removed = true;
         break;
       }
-      if (!Accept(f, d)) {
-        ++stats_.duplicates;
-        continue;
-      }
-      if (d.empty()) continue;
-      ready_bytes_ += static_cast<int64_t>(d.payload().size());
-      ready_.push_back(std::move(*d.mutable_payload()));
+      if (!Accept(f, &d)) ++stats_.duplicates;
     }
     if (options_.sharding == "off" && resp.stream_end() >= 0 &&
         f->received_below >= resp.stream_end())
@@ -277,38 +436,106 @@ void ServiceClient::FetchLoop() {
   }
 }
 
-absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext() {
-  ASSIGN_OR_RETURN(std::optional<data::Element> e, GetNextHost());
+std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
+  *epoch_over = false;
+  if (options_.sharding == "off") {
+    if (fifo_.empty()) {
+      *epoch_over = finished_;
+      return std::nullopt;
+    }
+    Item item;
+    item.payload = std::move(fifo_.front());
+    fifo_.pop_front();
+    ready_bytes_ -= static_cast<int64_t>(item.payload.size());
+    return item;
+  }
+  while (!items_.empty()) {
+    auto it = items_.begin();
+    if (ordered() && it->first != expected_) break;  // the next in order is not here yet
+    if (it->second.epoch > epoch_) break;            // the next epoch's: held back
+    Item item = std::move(it->second);
+    const auto [split, sequence] = it->first;
+    items_.erase(it);
+    ready_bytes_ -= static_cast<int64_t>(item.payload.size());
+    if (ordered())
+      expected_ =
+          item.last ? std::make_pair(split + 1, int64_t{0}) : std::make_pair(split, sequence + 1);
+    if (item.empty) continue;
+    Delivered(split);
+    if (item.epoch < epoch_) continue;  // an epoch the consumer moved past
+    return item;
+  }
+  // Nothing of this epoch is here. It is over once the dispatcher says every split of it was
+  // delivered (by whichever consumer), or in order, once the next split is of a later epoch.
+  bool next_is_later = ordered() && !items_.empty() && items_.begin()->first == expected_ &&
+                       items_.begin()->second.epoch > epoch_;
+  *epoch_over = finished_ || epochs_done_ > epoch_ || next_is_later;
+  return std::nullopt;
+}
+
+absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Duration wait) {
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, GetNextHost(wait));
   if (!e || !device_stage_) return e;
   auto on_device = device_stage_->Apply(*std::move(e));
   if (!on_device.ok()) return Annotate(on_device.status(), "to_device at the service consumer");
   return *std::move(on_device);
 }
 
-absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost() {
+absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Duration wait) {
   std::string payload;
   {
     absl::MutexLock lock(&mu_);
-    auto ready = [&] {
-      return !ready_.empty() || finished_ || !error_.ok() || (!to_ack_.empty() && !heartbeat_now_);
-    };
+    auto deadline = absl::Now() + wait;
     while (true) {
-      mu_.Await(absl::Condition(&ready));
-      if (!ready_.empty() || finished_ || !error_.ok()) break;
-      heartbeat_now_ = true;  // starved with acknowledgements pending: they may end the job
-    }
-    if (ready_.empty()) {
       if (!error_.ok()) return error_;
-      return std::nullopt;
+      bool epoch_over = false;
+      std::optional<Item> item = TakeNext(&epoch_over);
+      if (item) {
+        payload = std::move(item->payload);
+        break;
+      }
+      if (epoch_over) {
+        blocked_ = false;
+        return std::optional<data::Element>();
+      }
+      // Starved with acknowledgements pending: they may end the epoch or the job, so the
+      // heartbeat goes out now.
+      if (!to_ack_.empty()) heartbeat_now_ = true;
+      blocked_ = true;
+      size_t held = items_.size() + fifo_.size();
+      bool was_finished = finished_;
+      int64_t done = epochs_done_;
+      auto changed = [&] {
+        return !error_.ok() || items_.size() + fifo_.size() != held || finished_ != was_finished ||
+               epochs_done_ != done;
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline) && absl::Now() >= deadline) {
+        blocked_ = false;
+        return absl::DeadlineExceededError("no element yet");
+      }
     }
-    payload = std::move(ready_.front());
-    ready_.pop_front();
-    ready_bytes_ -= static_cast<int64_t>(payload.size());
+    blocked_ = false;
     ++stats_.elements;
     stats_.bytes += static_cast<int64_t>(payload.size());
   }
   ASSIGN_OR_RETURN(data::Element e, DecodeElement(std::move(payload)));
   return std::optional<data::Element>(std::move(e));
+}
+
+bool ServiceClient::AdvanceEpoch() {
+  absl::MutexLock lock(&mu_);
+  if (epoch_ + 1 >= first_epoch_ + num_epochs_) return false;
+  ++epoch_;
+  if (!ordered()) {
+    // What is held of earlier epochs is discarded, and acknowledged as delivered.
+    for (auto it = items_.begin(); it != items_.end() && it->second.epoch < epoch_;) {
+      ready_bytes_ -= static_cast<int64_t>(it->second.payload.size());
+      int64_t split = it->first.first;
+      it = items_.erase(it);
+      Delivered(split);
+    }
+  }
+  return true;
 }
 
 }  // namespace stoker::service

@@ -9,13 +9,14 @@
 //   }
 //
 // It creates (or joins, by name) the job, heartbeats the dispatcher (learning the workers and
-// acknowledging the splits it holds in full), and fetches from every worker with up to
-// requests_per_worker requests in flight to each, into a local prefetch buffer bounded by
-// prefetch_bytes. The fetch threads are a pool shared by all workers (requests_per_worker per
-// worker, at most kMaxFetchThreads), taken in turn, so a client's threads stay bounded however
-// many workers register. Elements already held are dropped: the same index of one worker's stream
-// (a response resent after one was lost), or the same split and sequence (a split re-served by
-// another worker after its first worker was lost).
+// acknowledging the splits it delivered in full: a split is done once the trainer took all of
+// its elements, so a consumer that dies loses nothing it had not handed over), and fetches from
+// every worker with up to requests_per_worker requests in flight to each, into a local prefetch
+// buffer bounded by prefetch_bytes. The fetch threads are a pool shared by all workers
+// (requests_per_worker per worker, at most kMaxFetchThreads), taken in turn, so a client's threads
+// stay bounded however many workers register. Elements already held are dropped: the same index of
+// one worker's stream (a response resent after one was lost), or the same split and sequence (a
+// split re-served by another worker after its first worker was lost).
 //
 // Thread safety: GetNext is called by one thread at a time; stats() is thread-safe.
 #pragma once
@@ -27,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,43 +42,73 @@
 namespace stoker::service {
 
 struct ServiceClientOptions {
-  std::string dispatcher_address;    // host:port
+  std::string dispatcher_address;    // HOST:PORT or grpc://HOST:PORT
   std::string job_name;              // empty: an anonymous job of its own
   std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
-  std::string compression;      // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
-  int64_t num_epochs = 1;       // epochs of the job, delivered one after another (a named job keeps
-                                // the number it was created with)
+  std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
+  int64_t num_epochs = 1;   // epochs of the job (a named job keeps the number it was created with)
+  int64_t first_epoch = 0;  // the epoch the job starts at (its order and augmentation)
+  // Coordinated reads: num_consumers > 0 consumers (e.g. the ranks of a synchronous training job)
+  // each get one batch per round, every consumer the same number per epoch; this client is
+  // consumer `consumer_index`.
+  int64_t num_consumers = 0;
+  int64_t consumer_index = 0;
+  std::string partial_round = "drop";  // coordinated: "drop" or "pad" an incomplete round
+  // Deliver in the job's global order (split by split). Coordinated jobs always do.
+  bool deterministic = false;
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
-  // How long the dispatcher may stay unreachable before GetNext fails.
+  // Open fails if the dispatcher cannot be reached for this long (naming the cause).
+  std::chrono::milliseconds connect_timeout{10000};
+  // How long a dispatcher that answered before may stay unreachable before GetNext fails.
   std::chrono::milliseconds dispatcher_patience{60000};
+  // With no worker registered: a log line every no_worker_log, and GetNext fails after
+  // no_worker_timeout (0: never).
+  std::chrono::milliseconds no_worker_log{10000};
+  std::chrono::milliseconds no_worker_timeout{0};
 };
 
 // The most fetch threads a client runs, however many workers serve the job.
 inline constexpr int kMaxFetchThreads = 32;
 
+// "grpc://host:port" or "host:port" -> "host:port"; an error naming the address otherwise.
+absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address);
+
 struct ServiceClientStats {
   int64_t elements = 0;    // delivered
   int64_t bytes = 0;       // payload bytes received (delivered ones)
   int64_t duplicates = 0;  // dropped because already held
-  int64_t splits = 0;      // acknowledged as complete
+  int64_t splits = 0;      // acknowledged as delivered
 };
 
 class ServiceClient {
  public:
-  // Validates the spec locally (its fingerprint and sample count go to the dispatcher), then
-  // creates or joins the job; retries while the dispatcher is unreachable (bounded by patience).
+  // Creates or joins the job. The spec is only parsed (and fingerprinted) here: the workers open
+  // its data, so the trainer needs no access to it. Fails within connect_timeout if the
+  // dispatcher cannot be reached.
   static absl::StatusOr<std::unique_ptr<ServiceClient>> Open(const ServiceClientOptions& options,
                                                              const std::string& spec_json);
-  ~ServiceClient();  // stops and joins its threads
+  ~ServiceClient();  // tells the dispatcher it leaves, stops and joins its threads
 
-  // The next element; nullopt at the end of the job's data. When the spec ends with to_device,
-  // the workers run it without that op and the element is moved to this process's GPU here.
-  absl::StatusOr<std::optional<data::Element>> GetNext();
+  // The next element of the current epoch; nullopt at the end of the epoch (then AdvanceEpoch)
+  // or of the job. When the spec ends with to_device, the workers run it without that op and the
+  // element is moved to this process's GPU here. With a finite `wait`, DeadlineExceeded when nothing came in time (callers
+  // that must react to signals poll with it).
+  absl::StatusOr<std::optional<data::Element>> GetNext(
+      absl::Duration wait = absl::InfiniteDuration());
+  // Moves on to the next epoch; false if the job has none. Elements of the epoch left that were
+  // not delivered are discarded (and acknowledged) as they arrive.
+  bool AdvanceEpoch();
+  int64_t epoch() const;  // the epoch GetNext delivers
+  // Makes a waiting or later GetNext fail with Cancelled (thread-safe; e.g. from a signal thread).
+  void Cancel();
 
   int64_t job_id() const { return job_id_; }
+  // Samples per epoch as a worker counted them (0 until known); WaitForJobInfo waits for it.
+  int64_t num_samples() const;
+  absl::Status WaitForJobInfo(absl::Duration timeout);
   ServiceClientStats stats() const;
 
  private:
@@ -96,11 +128,18 @@ class ServiceClient {
   struct SplitProgress {
     std::set<int64_t> sequences;  // received
     int64_t last = -1;            // sequence of the last element, once seen
+    int64_t undelivered = 0;      // received elements with a payload not yet delivered
+  };
+  struct Item {
+    std::string payload;
+    int64_t epoch = 0;
+    bool last = false;   // last of its split
+    bool empty = false;  // marks the end of a split that gave this consumer nothing
   };
 
   explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
   // The next element as the workers sent it.
-  absl::StatusOr<std::optional<data::Element>> GetNextHost();
+  absl::StatusOr<std::optional<data::Element>> GetNextHost(absl::Duration wait);
   void HeartbeatLoop();
   // One thread of the fetch pool: takes the workers in turn, one request at a time.
   void FetchLoop();
@@ -108,9 +147,16 @@ class ServiceClient {
   // backing off), or null.
   Fetcher* NextFetcher() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an element received from `f`; returns false if it is a duplicate.
-  bool Accept(Fetcher* f, const ElementData& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Accept(Fetcher* f, ElementData* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One element of `split` was delivered (or discarded): acknowledges the split once it is whole.
+  void Delivered(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeAck(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next deliverable item (removing it), or nullopt; sets *epoch_over at the epoch's end.
+  std::optional<Item> TakeNext(bool* epoch_over) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ordered() const { return options_.deterministic || options_.num_consumers > 0; }
 
   const ServiceClientOptions options_;
+  std::string address_;  // normalized
   int64_t job_id_ = 0;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
@@ -121,15 +167,27 @@ class ServiceClient {
   std::map<int64_t, std::unique_ptr<Fetcher>> fetchers_ ABSL_GUARDED_BY(mu_);  // by worker id
   int64_t last_fetched_ ABSL_GUARDED_BY(mu_) = 0;  // worker id asked last (turns)
   std::vector<std::thread> fetch_threads_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);  // payloads to deliver, in arrival order
+  // Dynamic sharding: received elements by (split, sequence), the job's global order. Sharding
+  // off: payloads in arrival order.
+  std::map<std::pair<int64_t, int64_t>, Item> items_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> fifo_ ABSL_GUARDED_BY(mu_);
   int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // incomplete
+  // GetNext waits for an element that is not here: fetch past the prefetch budget.
+  bool blocked_ ABSL_GUARDED_BY(mu_) = false;
+  std::pair<int64_t, int64_t> expected_ ABSL_GUARDED_BY(mu_) = {0, 0};  // ordered: next to deliver
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // not yet acked
   absl::flat_hash_set<int64_t> complete_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> to_ack_ ABSL_GUARDED_BY(mu_);
   // GetNext is starved while splits wait for acknowledgement (e.g. at the end of the job): the
   // heartbeat goes out now instead of at the next interval. Cleared once that heartbeat is back.
   bool heartbeat_now_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_info_ ABSL_GUARDED_BY(mu_) = false;  // a heartbeat reply told the job's parameters
+  int64_t num_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t first_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_epochs_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t epochs_done_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   ServiceClientStats stats_ ABSL_GUARDED_BY(mu_);

@@ -85,13 +85,17 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
       if (!updates.empty())
         SPDLOG_INFO("dispatcher: replayed {} updates from {}", updates.size(), d->journal_->path());
     }
-    // Workers known from the journal get a full timeout to heartbeat the restarted dispatcher.
+    // Workers and clients known from the journal get a full timeout to heartbeat the restarted
+    // dispatcher, and so do jobs to be consumed.
     for (const auto& [id, w] : d->state_.workers()) d->last_heartbeat_[id] = Clock::now();
+    for (const auto& [id, c] : d->state_.clients()) d->client_seen_[id] = Clock::now();
+    for (const auto& [id, job] : d->state_.jobs())
+      if (job.clients.empty()) d->job_unconsumed_since_[id] = Clock::now();
   }
   d->service_ = std::make_unique<GrpcDispatcher>(d.get());
   ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.port, "dispatcher"));
   d->port_ = d->server_->port();
-  d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorWorkers(); });
+  d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorPeers(); });
   return d;
 }
 
@@ -121,14 +125,17 @@ absl::Status Dispatcher::Update(const json& update) {
   }
   ++updates_;
   const std::string type = update.value("type", "");
-  if (type == "create_job" || type == "job_error" || type == "ack_splits" || type == "worker_ended")
+  if (type == "create_job" || type == "job_error" || type == "ack_splits" ||
+      type == "worker_ended" || type == "set_job_size" || type == "remove_client" ||
+      type == "end_job")
     ++tasks_version_;
   return absl::OkStatus();
 }
 
-void Dispatcher::MonitorWorkers() {
+void Dispatcher::MonitorPeers() {
   absl::MutexLock lock(&mu_);
-  auto interval = absl::Milliseconds(std::max<int64_t>(10, options_.worker_timeout.count() / 4));
+  auto interval = absl::Milliseconds(std::max<int64_t>(
+      10, std::min(options_.worker_timeout.count(), options_.client_timeout.count()) / 4));
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
     if (stopping_) break;
@@ -146,7 +153,62 @@ void Dispatcher::MonitorWorkers() {
       if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
       last_heartbeat_.erase(id);
     }
+    CheckClients(now);
   }
+}
+
+void Dispatcher::CheckClients(Clock::time_point now) {
+  std::vector<int64_t> silent;
+  for (const auto& [id, c] : state_.clients()) {
+    auto it = client_seen_.find(id);
+    if (it == client_seen_.end() || now - it->second > options_.client_timeout)
+      silent.push_back(id);
+  }
+  for (int64_t id : silent) {
+    absl::Status s = RemoveClient(
+        id, StrCat("missed its heartbeats for ", options_.client_timeout.count() / 1000.0, " s"));
+    if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
+  }
+  // A running job without a live consumer for the client timeout is ended: nobody will read it.
+  std::vector<int64_t> orphans;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.ended.empty() || !job.clients.empty()) {
+      job_unconsumed_since_.erase(id);
+      continue;
+    }
+    auto [it, inserted] = job_unconsumed_since_.try_emplace(id, now);
+    if (now - it->second > options_.client_timeout) orphans.push_back(id);
+  }
+  for (int64_t id : orphans) {
+    std::string reason = StrCat("no consumer for ", options_.client_timeout.count() / 1000.0, " s");
+    SPDLOG_INFO("dispatcher: job {} ended: {}", id, reason);
+    absl::Status s = Update({{"type", "end_job"}, {"job_id", id}, {"reason", reason}});
+    if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
+    job_unconsumed_since_.erase(id);
+  }
+}
+
+absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why) {
+  const auto& client = state_.clients().at(client_id);
+  const int64_t job_id = client.job_id;
+  const int64_t index = client.consumer_index;
+  RETURN_IF_ERROR(Update({{"type", "remove_client"}, {"client_id", client_id}}));
+  client_seen_.erase(client_id);
+  const auto* job = state_.FindJob(job_id);
+  if (job == nullptr || !job->ended.empty() || state_.JobFinished(*job)) return absl::OkStatus();
+  SPDLOG_INFO("dispatcher: client {} of job {} removed: {}", client_id, job_id, why);
+  if (job->num_consumers > 0 && job->error.empty()) {
+    // Every consumer of a coordinated job takes part in every round: without this one the others
+    // would wait for ever (a rank that died). They get this error instead.
+    RETURN_IF_ERROR(Update({{"type", "job_error"},
+                            {"job_id", job_id},
+                            {"message", StrCat("consumer ", index, " of ", job->num_consumers,
+                                               " (client ", client_id, ") ", why,
+                                               "; every consumer of a coordinated job must run "
+                                               "until its end")}}));
+  }
+  if (job->clients.empty()) job_unconsumed_since_.try_emplace(job_id, Clock::now());
+  return absl::OkStatus();
 }
 
 absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
@@ -176,17 +238,40 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (req.num_samples() < 0 || req.num_samples() > (int64_t{1} << 62) / num_epochs)
     return absl::InvalidArgumentError(
         StrCat("num_samples ", req.num_samples(), " times num_epochs must be 0 .. 2^62"));
-  if (sharding == "dynamic" && req.num_samples() <= 0)
+  if (req.first_epoch() < 0 || req.first_epoch() > DispatcherState::kMaxEpochs)
     return absl::InvalidArgumentError(
-        "dynamic sharding needs a pipeline over an indexed source (a dataset, range or memory "
-        "source) with at least one sample; use sharding 'off' for streams");
+        StrCat("first_epoch ", req.first_epoch(), " is not 0 .. ", DispatcherState::kMaxEpochs));
+  if (req.num_consumers() < 0 || req.num_consumers() > DispatcherState::kMaxConsumers)
+    return absl::InvalidArgumentError(StrCat("num_consumers ", req.num_consumers(), " is not 0 .. ",
+                                             DispatcherState::kMaxConsumers));
+  const std::string partial_round = req.partial_round().empty() ? "drop" : req.partial_round();
+  if (partial_round != "drop" && partial_round != "pad")
+    return absl::InvalidArgumentError(
+        StrCat("unknown partial_round '", partial_round, "': use 'drop' or 'pad'"));
+  if (sharding == "off" && req.num_consumers() > 0)
+    return absl::InvalidArgumentError(
+        "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
+        "runs the whole pipeline, so rounds cannot be formed");
   absl::MutexLock lock(&mu_);
   if (auto id = state_.FindJobByName(req.job_name())) {
     const auto* job = state_.FindJob(*id);
-    if (job->fingerprint != req.fingerprint())
-      return absl::AlreadyExistsError(StrCat("job '", req.job_name(),
-                                             "' exists with a different pipeline spec; choose "
-                                             "another --job-name"));
+    // Every consumer of a shared job must ask for the same job: name what differs.
+    std::string diff;
+    auto differs = [&](std::string_view what, const auto& theirs, const auto& ours) {
+      if (theirs != ours && diff.empty())
+        diff = StrCat(what, " (the job has ", theirs, ", this request ", ours, ")");
+    };
+    if (job->fingerprint != req.fingerprint()) diff = "the pipeline spec (fingerprint)";
+    differs("sharding", job->sharding, sharding);
+    differs("num_consumers", job->num_consumers, req.num_consumers());
+    if (job->num_consumers > 0) differs("partial_round", job->partial_round, partial_round);
+    differs("deterministic", std::string(job->deterministic ? "true" : "false"),
+            std::string(req.deterministic() ? "true" : "false"));
+    differs("first_epoch", job->first_epoch, req.first_epoch());
+    if (!diff.empty())
+      return absl::AlreadyExistsError(
+          StrCat("job '", req.job_name(), "' (", *id, ") runs with a different ", diff,
+                 "; use the same parameters to share it, or another job name"));
     resp->set_job_id(*id);
     return absl::OkStatus();
   }
@@ -202,8 +287,17 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                           {"num_samples", req.num_samples()},
                           {"sharding", sharding},
                           {"compression", CompressionName(compression)},
-                          {"num_epochs", num_epochs}}));
-  SPDLOG_INFO("dispatcher: job {} ({} samples, sharding {})", id, req.num_samples(), sharding);
+                          {"num_epochs", num_epochs},
+                          {"first_epoch", req.first_epoch()},
+                          {"num_consumers", req.num_consumers()},
+                          {"partial_round", partial_round},
+                          {"deterministic", req.deterministic()}}));
+  job_unconsumed_since_[id] = Clock::now();
+  SPDLOG_INFO("dispatcher: job {}{} created (sharding {}, epochs {} from {}{})", id,
+              req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), sharding, num_epochs,
+              req.first_epoch(),
+              req.num_consumers() > 0 ? StrCat(", ", req.num_consumers(), " coordinated consumers")
+                                      : std::string());
   resp->set_job_id(id);
   return absl::OkStatus();
 }
@@ -238,6 +332,16 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
                   {"job_id", req.failed_job()},
                   {"message", StrCat("worker ", req.address(), ": ", req.task_error())}}));
   }
+  for (const JobSplits& o : req.orphaned()) {
+    const auto* job = state_.FindJob(o.job_id());
+    if (job == nullptr || o.split_ids().empty()) continue;
+    json ids = json::array();
+    for (int64_t split_id : o.split_ids()) ids.push_back(split_id);
+    SPDLOG_INFO("dispatcher: job {}: {} splits of removed consumers are leased again", o.job_id(),
+                ids.size());
+    RETURN_IF_ERROR(
+        Update({{"type", "requeue_splits"}, {"job_id", o.job_id()}, {"split_ids", ids}}));
+  }
   resp->set_worker_id(id);
   ListTasks(resp);
   // Long poll: while the worker already runs exactly these tasks, hold the reply (up to wait_ms)
@@ -264,14 +368,23 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
 }
 
 void Dispatcher::ListTasks(WorkerHeartbeatResponse* resp) {
+  // A worker needs only the consumers removed lately (it drops their streams once).
+  constexpr size_t kRemovedClientsListed = 256;
   for (const auto& [job_id, job] : state_.jobs()) {
-    if (!job.error.empty() || state_.JobFinished(job)) continue;
+    if (!job.error.empty() || !job.ended.empty() || state_.JobFinished(job)) continue;
     Task* t = resp->add_tasks();
     t->set_job_id(job_id);
     t->set_spec_json(state_.datasets().at(job.fingerprint));
     t->set_sharding(job.sharding);
     t->set_compression(job.compression);
     t->set_num_epochs(job.num_epochs);
+    t->set_first_epoch(job.first_epoch);
+    t->set_num_consumers(job.num_consumers);
+    t->set_partial_round(job.partial_round);
+    t->set_needs_size(job.sharding == "dynamic" && job.num_samples == 0);
+    size_t n = job.removed_clients.size();
+    for (size_t i = n > kRemovedClientsListed ? n - kRemovedClientsListed : 0; i < n; ++i)
+      t->add_removed_clients(job.removed_clients[i]);
   }
 }
 
@@ -280,7 +393,7 @@ void Dispatcher::SetSplit(const DispatcherState::Job& job, int64_t split_id, int
   int64_t epoch = begin / job.num_samples;
   resp->set_kind(GetSplitResponse::SPLIT);
   resp->set_split_id(split_id);
-  resp->set_epoch(epoch);
+  resp->set_epoch(job.first_epoch + epoch);
   resp->set_begin(begin - epoch * job.num_samples);
   resp->set_end(end - epoch * job.num_samples);
 }
@@ -290,8 +403,30 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
   absl::MutexLock lock(&mu_);
   const auto* job = state_.FindJob(req.job_id());
   if (job == nullptr) return absl::NotFoundError(StrCat("no job ", req.job_id()));
-  if (!job->error.empty() || state_.JobFinished(*job)) {
+  if (!job->error.empty() || !job->ended.empty() || state_.JobFinished(*job)) {
     resp->set_kind(GetSplitResponse::END);
+    return absl::OkStatus();
+  }
+  if (job->sharding == "dynamic" && req.num_samples() > 0 &&
+      job->num_samples != req.num_samples()) {
+    if (job->num_samples == 0) {
+      RETURN_IF_ERROR(Update(
+          {{"type", "set_job_size"}, {"job_id", job->id}, {"num_samples", req.num_samples()}}));
+      SPDLOG_INFO("dispatcher: job {} has {} samples per epoch (counted by worker {})", job->id,
+                  req.num_samples(), req.worker_id());
+    } else {
+      RETURN_IF_ERROR(
+          Update({{"type", "job_error"},
+                  {"job_id", job->id},
+                  {"message", StrCat("worker ", req.worker_id(), " counts ", req.num_samples(),
+                                     " samples per epoch but the job has ", job->num_samples,
+                                     ": did the dataset change while the job ran?")}}));
+      resp->set_kind(GetSplitResponse::END);
+      return absl::OkStatus();
+    }
+  }
+  if (job->num_samples == 0) {  // no worker has counted the samples yet
+    resp->set_kind(GetSplitResponse::WAIT);
     return absl::OkStatus();
   }
   if (!state_.workers().count(req.worker_id())) {
@@ -349,29 +484,92 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                                       "work dir removed?)"));
   int64_t client_id = req.client_id();
   if (client_id == 0) {
+    if (req.leaving()) return absl::OkStatus();
+    if (!job->ended.empty())
+      return absl::FailedPreconditionError(
+          StrCat("job ", job->id, " was ended (", job->ended, "); create a new job"));
+    if (job->num_consumers > 0) {
+      if (req.consumer_index() < 0 || req.consumer_index() >= job->num_consumers)
+        return absl::InvalidArgumentError(
+            StrCat("consumer_index ", req.consumer_index(), " is not 0 .. ", job->num_consumers - 1,
+                   " (the job has ", job->num_consumers, " coordinated consumers)"));
+      for (int64_t other : job->clients)
+        if (state_.clients().at(other).consumer_index == req.consumer_index())
+          return absl::AlreadyExistsError(StrCat("consumer index ", req.consumer_index(),
+                                                 " of job ", job->id, " is taken by client ", other,
+                                                 ", which is alive; give each consumer its own "
+                                                 "index (with torch.distributed: its rank)"));
+    } else if (job->deterministic && !job->clients.empty()) {
+      return absl::FailedPreconditionError(
+          StrCat("job ", job->id,
+                 " delivers in a deterministic order to one consumer and has one "
+                 "(client ",
+                 *job->clients.begin(),
+                 "); several consumers need num_consumers "
+                 "(coordinated reads) or deterministic off"));
+    }
     client_id = state_.next_client_id();
     RETURN_IF_ERROR(
-        Update({{"type", "register_client"}, {"client_id", client_id}, {"job_id", job->id}}));
+        Update({{"type", "register_client"},
+                {"client_id", client_id},
+                {"job_id", job->id},
+                {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0}}));
+    job_unconsumed_since_.erase(job->id);
+  } else if (!state_.clients().count(client_id)) {
+    if (req.leaving()) return absl::OkStatus();
+    return absl::FailedPreconditionError(StrCat("client ", client_id, " of job ", job->id,
+                                                " was removed (it missed its heartbeats for ",
+                                                options_.client_timeout.count() / 1000.0,
+                                                " s, or left); what it held was given to others"));
+  } else if (state_.clients().at(client_id).job_id != job->id) {
+    return absl::InvalidArgumentError(StrCat("client ", client_id, " belongs to job ",
+                                             state_.clients().at(client_id).job_id, ", not ",
+                                             job->id));
   }
+  client_seen_[client_id] = Clock::now();
   resp->set_client_id(client_id);
   json acks = json::array();
   for (int64_t split_id : req.completed_splits()) {
     auto it = job->splits.find(split_id);
     if (it != job->splits.end() && !it->second.done) acks.push_back(split_id);
   }
-  if (!acks.empty())
-    RETURN_IF_ERROR(Update({{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}}));
+  if (!acks.empty()) {
+    json ack = {{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}};
+    if (job->num_consumers > 0)
+      ack["consumer_index"] = state_.clients().at(client_id).consumer_index;
+    RETURN_IF_ERROR(Update(ack));
+  }
   for (int64_t worker_id : req.ended_workers())
     if (state_.workers().count(worker_id) && !job->ended_workers.count(worker_id))
       RETURN_IF_ERROR(
           Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
+  if (req.leaving()) {
+    RETURN_IF_ERROR(RemoveClient(client_id, "left"));
+    // The last consumer left before the end: nobody will read the rest, and a rerun under the
+    // same name should start afresh rather than join a half-consumed job.
+    if (job->clients.empty() && job->ended.empty() && !state_.JobFinished(*job)) {
+      SPDLOG_INFO("dispatcher: job {} ended: its last consumer left", job->id);
+      RETURN_IF_ERROR(
+          Update({{"type", "end_job"}, {"job_id", job->id}, {"reason", "its last consumer left"}}));
+    }
+    return absl::OkStatus();
+  }
   for (const auto& [id, w] : state_.workers()) {
     WorkerInfo* info = resp->add_workers();
     info->set_worker_id(id);
     info->set_address(w.address);
   }
+  resp->set_registered_workers(static_cast<int64_t>(state_.workers().size()));
   resp->set_job_finished(state_.JobFinished(*job));
-  resp->set_job_error(job->error);
+  resp->set_job_error(job->error.empty() && !job->ended.empty()
+                          ? StrCat("the job was ended: ", job->ended)
+                          : job->error);
+  resp->set_num_samples(job->num_samples);
+  resp->set_first_epoch(job->first_epoch);
+  resp->set_num_epochs(job->num_epochs);
+  resp->set_epochs_done(job->epochs_done());
+  resp->set_splits_created(state_.next_split_id(job->id));
+  resp->set_num_consumers(job->num_consumers);
   return absl::OkStatus();
 }
 

@@ -16,7 +16,8 @@
 //   id worker   -> dispatcher  WorkerHeartbeat(id, address, task errors, running jobs) -> id, tasks
 //                           (every ~interval; held until the task list changes, at most wait_ms)
 //   worker   -> dispatcher  GetSplit(worker, job, wanted samples) -> SPLIT(id, begin, end) | WAIT |
-//   END client   -> dispatcher  ClientHeartbeat(job, client, completed splits) -> workers, finished
+//   END client   -> dispatcher  ClientHeartbeat(job, client, delivered splits, leaving) -> workers,
+//                           size, epochs done, finished
 //   client   -> worker      GetElements(job, client, next index) -> elements tagged
 //                           (split, sequence, last) with a raw payload (element_codec.h)
 //
@@ -59,6 +60,9 @@ struct DispatcherOptions {
   std::string work_dir;  // the journal lives here; empty: no journal (state is lost on exit)
   int port = 0;          // 0: any free port (see Dispatcher::port())
   std::chrono::milliseconds worker_timeout{3000};  // missed heartbeats for this long: lost
+  // A consumer silent for this long is removed; a job without a live consumer for this long is
+  // ended and its tasks stop on every worker (docs/protocol.md, "Job life cycle").
+  std::chrono::milliseconds client_timeout{30000};
 };
 
 class Dispatcher {
@@ -86,7 +90,12 @@ class Dispatcher {
                        int64_t end, GetSplitResponse* resp);
   // The tasks every worker should run now (unfinished jobs without an error).
   void ListTasks(WorkerHeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MonitorWorkers();
+  // Removes lost workers and silent consumers, and ends jobs nobody consumes.
+  void MonitorPeers();
+  void CheckClients(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a consumer; the job errs (coordinated) or ends (no consumer left) as the rules say.
+  absl::Status RemoveClient(int64_t client_id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DispatcherOptions options_;
   int port_ = 0;
@@ -95,6 +104,11 @@ class Dispatcher {
   // Set in Start before serving, never changed: Write under mu_, SyncTo without it.
   std::unique_ptr<Journal> journal_;
   absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> last_heartbeat_
+      ABSL_GUARDED_BY(mu_);
+  // Clients: when each was last heard from; jobs: since when they have had no live consumer.
+  absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> client_seen_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> job_unconsumed_since_
       ABSL_GUARDED_BY(mu_);
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped by every update that can change a worker's task list (heartbeats wait for it).

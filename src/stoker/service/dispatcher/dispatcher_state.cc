@@ -16,9 +16,23 @@ const DispatcherState::Job* DispatcherState::FindJob(int64_t id) const {
 }
 
 std::optional<int64_t> DispatcherState::FindJobByName(const std::string& name) const {
+  if (name.empty()) return std::nullopt;
   for (const auto& [id, job] : jobs_)
-    if (!name.empty() && job.name == name) return id;
+    if (job.name == name && job.ended.empty() && job.error.empty() && !JobFinished(job)) return id;
   return std::nullopt;
+}
+
+int64_t DispatcherState::Job::epochs_done() const {
+  if (num_samples <= 0) return first_epoch;
+  // Split ids follow positions, so the first split not acknowledged bounds what is complete.
+  int64_t complete = next_sample;
+  for (const auto& [id, split] : splits) {
+    if (!split.done) {
+      complete = std::min(complete, split.begin);
+      break;
+    }
+  }
+  return first_epoch + complete / num_samples;
 }
 
 int64_t DispatcherState::next_split_id(int64_t job_id) const {
@@ -33,7 +47,7 @@ bool DispatcherState::JobFinished(const Job& job) const {
       if (!job.ended_workers.count(id)) return false;
     return true;
   }
-  return job.next_sample >= job.positions() &&
+  return job.num_samples > 0 && job.next_sample >= job.positions() &&
          job.done_splits == static_cast<int64_t>(job.splits.size());
 }
 
@@ -134,6 +148,23 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (u.contains("num_epochs")) {
         ASSIGN_OR_RETURN(job.num_epochs, GetInt(u, "num_epochs"));
       }
+      if (u.contains("first_epoch")) {
+        ASSIGN_OR_RETURN(job.first_epoch, GetInt(u, "first_epoch"));
+      }
+      if (u.contains("num_consumers")) {
+        ASSIGN_OR_RETURN(job.num_consumers, GetInt(u, "num_consumers"));
+      }
+      ASSIGN_OR_RETURN(job.partial_round, GetString(u, "partial_round", "drop"));
+      if (u.contains("deterministic")) {
+        if (!u["deterministic"].is_boolean()) return Malformed(u, "'deterministic' is not a bool");
+        job.deterministic = u["deterministic"].get<bool>();
+      }
+      if (job.first_epoch < 0 || job.first_epoch > kMaxEpochs)
+        return Malformed(u, StrCat("'first_epoch' must be 0 .. ", kMaxEpochs));
+      if (job.num_consumers < 0 || job.num_consumers > kMaxConsumers)
+        return Malformed(u, StrCat("'num_consumers' must be 0 .. ", kMaxConsumers));
+      if (job.partial_round != "drop" && job.partial_round != "pad")
+        return Malformed(u, "'partial_round' is neither 'drop' nor 'pad'");
       if (job.num_epochs < 1 || job.num_epochs > kMaxEpochs)
         return Malformed(u, StrCat("'num_epochs' must be 1 .. ", kMaxEpochs));
       if (job.num_samples < 0 || job.num_samples > (int64_t{1} << 62) / job.num_epochs)
@@ -168,8 +199,38 @@ absl::Status DispatcherState::Apply(const json& u) {
       return absl::OkStatus();
     }
     if (type == "register_client") {
+      Client c;
+      ASSIGN_OR_RETURN(c.id, GetId(u, "client_id"));
+      if (u.contains("consumer_index")) {
+        ASSIGN_OR_RETURN(c.consumer_index, GetInt(u, "consumer_index"));
+      }
+      // Journals written before clients were tracked name no job: only the id counts then.
+      if (u.contains("job_id")) {
+        ASSIGN_OR_RETURN(c.job_id, GetInt(u, "job_id"));
+        Job* job = MutableJob(u);
+        if (job == nullptr)
+          return absl::NotFoundError(StrCat("update for an unknown job: ", Describe(u)));
+        if (clients_.count(c.id)) return Malformed(u, "the client exists already");
+        if (job->num_consumers > 0 &&
+            (c.consumer_index < 0 || c.consumer_index >= job->num_consumers))
+          return Malformed(u, "'consumer_index' out of the job's range");
+        job->clients.insert(c.id);
+        job->ever_had_client = true;
+        clients_[c.id] = c;
+      }
+      last_client_id_ = std::max(last_client_id_, c.id);
+      return absl::OkStatus();
+    }
+    if (type == "remove_client") {
       ASSIGN_OR_RETURN(int64_t id, GetId(u, "client_id"));
-      last_client_id_ = std::max(last_client_id_, id);
+      auto it = clients_.find(id);
+      if (it == clients_.end()) return absl::NotFoundError(StrCat("no client: ", Describe(u)));
+      auto job = jobs_.find(it->second.job_id);
+      if (job != jobs_.end()) {
+        job->second.clients.erase(id);
+        job->second.removed_clients.push_back(id);
+      }
+      clients_.erase(it);
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(GetInt(u, "job_id").status());
@@ -184,6 +245,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       ASSIGN_OR_RETURN(s.worker_id, GetId(u, "worker_id"));
       if (s.begin != job->next_sample || s.end <= s.begin || s.end > job->positions())
         return absl::InvalidArgumentError(StrCat("split out of order: ", Describe(u)));
+      if (job->num_samples <= 0) return Malformed(u, "the job's size is not known yet");
       if (s.begin / job->num_samples != (s.end - 1) / job->num_samples)
         return Malformed(u, "the split spans two epochs");
       if (job->splits.count(split_id)) return Malformed(u, "the split exists already");
@@ -202,16 +264,43 @@ absl::Status DispatcherState::Apply(const json& u) {
       std::erase(job->pending, split_id);
       return absl::OkStatus();
     }
-    if (type == "ack_splits") {
+    if (type == "set_job_size") {
+      ASSIGN_OR_RETURN(int64_t n, GetInt(u, "num_samples"));
+      if (job->num_samples != 0) return Malformed(u, "the job's size is known already");
+      if (n <= 0 || n > (int64_t{1} << 62) / job->num_epochs)
+        return Malformed(u, "'num_samples' times the job's epochs must be 1 .. 2^62");
+      job->num_samples = n;
+      return absl::OkStatus();
+    }
+    if (type == "end_job") {
+      ASSIGN_OR_RETURN(std::string reason, GetString(u, "reason"));
+      job->ended = reason.empty() ? "ended" : reason;
+      return absl::OkStatus();
+    }
+    if (type == "requeue_splits" || type == "ack_splits") {
       auto ids = u.find("split_ids");
       if (ids == u.end() || !ids->is_array()) return Malformed(u, "'split_ids' is not an array");
       for (const json& id : *ids)
         if (!IsInt64(id))
           return Malformed(u, "'split_ids' holds a value that is not a 64-bit integer");
+      int64_t consumer = 0;
+      if (u.contains("consumer_index")) {
+        ASSIGN_OR_RETURN(consumer, GetInt(u, "consumer_index"));
+      }
       for (const json& id : *ids) {
         int64_t split_id = id.get<int64_t>();
         auto it = job->splits.find(split_id);
         if (it == job->splits.end() || it->second.done) continue;  // unknown or repeated ack
+        if (type == "requeue_splits") {
+          if (it->second.worker_id == 0) continue;  // pending already
+          it->second.worker_id = 0;
+          job->pending.push_back(split_id);
+          continue;
+        }
+        if (job->num_consumers > 0) {
+          it->second.acked_by.insert(consumer);
+          if (static_cast<int64_t>(it->second.acked_by.size()) < job->num_consumers) continue;
+        }
         it->second.done = true;
         ++job->done_splits;
         std::erase(job->pending, split_id);

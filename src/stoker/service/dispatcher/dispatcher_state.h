@@ -4,7 +4,10 @@
 //
 // Updates are JSON objects with a "type":
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
-//   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs}
+//   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs,
+//               first_epoch, num_consumers, partial_round, deterministic}
+//                                                    num_samples 0: a worker measures it
+//   set_job_size {job_id, num_samples}               a worker's count of an unknown size
 //   register_worker {worker_id, address}
 //   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
 //                                                    consumer acknowledged go back to pending
@@ -12,10 +15,15 @@
 //                                                    (positions of all epochs in a row: position
 //                                                    p is epoch p / num_samples; never two epochs)
 //   lease_split {job_id, split_id, worker_id}        a pending split leased again
-//   ack_splits {job_id, split_ids}                   the consumer holds these splits in full
+//   ack_splits {job_id, split_ids, consumer_index?}  a consumer delivered these splits in full
+//                                                    (coordinated: done once every consumer did)
+//   requeue_splits {job_id, split_ids}               splits handed to a removed consumer: those
+//                                                    not acknowledged go back to pending
 //   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
 //   job_error {job_id, message}
-//   register_client {client_id, job_id}
+//   register_client {client_id, job_id, consumer_index?}
+//   remove_client {client_id}                        timed out or left
+//   end_job {job_id, reason}                         collected (no live consumer): its tasks stop
 //
 // Thread safety: not thread-safe; the dispatcher serialises access with its mutex.
 #pragma once
@@ -27,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -35,18 +44,28 @@ namespace stoker::service {
 class DispatcherState {
  public:
   static constexpr int64_t kMaxEpochs = 1000000;
+  static constexpr int64_t kMaxConsumers = 4096;
   struct SplitInfo {
     int64_t begin = 0;
     int64_t end = 0;
-    int64_t worker_id = 0;  // the lease holder; 0 while pending
-    bool done = false;      // acknowledged by the consumer
+    int64_t worker_id = 0;       // the lease holder; 0 while pending
+    bool done = false;           // acknowledged by the consumer (coordinated: by every consumer)
+    std::set<int64_t> acked_by;  // coordinated: consumer indices that acknowledged it
   };
   struct Job {
     int64_t id = 0;
     std::string name;  // empty: anonymous
     std::string fingerprint;
-    int64_t num_samples = 0;  // per epoch
+    int64_t num_samples = 0;  // per epoch; 0 until a worker measured it (dynamic sharding)
     int64_t num_epochs = 1;
+    int64_t first_epoch = 0;    // position p is epoch first_epoch + p / num_samples
+    int64_t num_consumers = 0;  // coordinated reads; 0: off
+    std::string partial_round = "drop";
+    bool deterministic = false;
+    std::set<int64_t> clients;             // live consumers
+    std::vector<int64_t> removed_clients;  // consumers removed (timed out or left), in order
+    bool ever_had_client = false;
+    std::string ended;  // why the job was collected; empty while it runs
     std::string sharding = "dynamic";
     std::string compression = "none";  // of element payloads (element_codec.h)
     // Positions 0 .. num_samples * num_epochs - 1 run through every epoch's sample order in turn;
@@ -59,6 +78,13 @@ class DispatcherState {
     std::set<int64_t> ended_workers;  // sharding off
     std::string error;
     std::map<int64_t, int64_t> last_lease;  // worker id -> the split it was leased last
+    // Epochs first_epoch .. epochs_done() - 1 were handed out and acknowledged in full.
+    int64_t epochs_done() const;
+  };
+  struct Client {
+    int64_t id = 0;
+    int64_t job_id = 0;
+    int64_t consumer_index = 0;
   };
   struct Worker {
     int64_t id = 0;
@@ -74,7 +100,10 @@ class DispatcherState {
   const std::map<std::string, std::string>& datasets() const { return datasets_; }
   const std::map<int64_t, Job>& jobs() const { return jobs_; }
   const std::map<int64_t, Worker>& workers() const { return workers_; }
+  const std::map<int64_t, Client>& clients() const { return clients_; }
   const Job* FindJob(int64_t id) const;
+  // The running job of that name: one that finished or was collected is never returned, so the
+  // name can start a new job.
   std::optional<int64_t> FindJobByName(const std::string& name) const;
   int64_t next_job_id() const { return last_job_id_ + 1; }
   int64_t next_worker_id() const { return last_worker_id_ + 1; }
@@ -86,6 +115,7 @@ class DispatcherState {
   std::map<std::string, std::string> datasets_;  // fingerprint -> spec JSON
   std::map<int64_t, Job> jobs_;
   std::map<int64_t, Worker> workers_;  // live (registered, not removed)
+  std::map<int64_t, Client> clients_;  // live (registered, not removed)
   int64_t last_job_id_ = 0;
   int64_t last_worker_id_ = 0;
   int64_t last_client_id_ = 0;

@@ -1,6 +1,7 @@
 #include "stoker/service/worker/worker.h"
 
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,34 @@ int64_t BatchSize(const nlohmann::json& spec) {
   return 1;
 }
 
+// Coordinated reads with bucket_by_length: the bucket of a batch, so that a round's batches come
+// from one bucket. -1 when the spec has no such op (every batch in one group).
+struct BucketRule {
+  std::string field;
+  std::vector<int64_t> boundaries;
+  int64_t BucketOf(const data::Element& e) const {
+    if (field.empty()) return -1;
+    auto t = e.Field(field);
+    if (!t.ok() || (*t)->shape.size() < 2) return -1;
+    int64_t length = (*t)->shape[1];  // the batch is padded to its longest sample
+    return std::upper_bound(boundaries.begin(), boundaries.end(), length) - boundaries.begin();
+  }
+};
+
+BucketRule BucketRuleOf(const nlohmann::json& spec) {
+  BucketRule rule;
+  if (!spec.contains("ops") || !spec["ops"].is_array()) return rule;
+  for (const auto& op : spec["ops"]) {
+    if (op.value("op", "") != "bucket_by_length" || !op.contains("field") ||
+        !op["field"].is_string() || !op.contains("boundaries") || !op["boundaries"].is_array())
+      continue;
+    rule.field = op["field"].get<std::string>();
+    for (const auto& b : op["boundaries"])
+      if (b.is_number_integer()) rule.boundaries.push_back(b.get<int64_t>());
+  }
+  return rule;
+}
+
 }  // namespace
 
 Worker::Worker(const WorkerOptions& options) : options_(options) {}
@@ -97,8 +126,12 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
     // acknowledged (the client asked past it). Heartbeats go on meanwhile, so the dispatcher
     // does not lease these splits to others.
     auto drained = [&] {
-      for (const auto& [job, t] : tasks_)
-        if (!t->cancelled && (!t->producer_done || !t->buffer.empty())) return false;
+      for (const auto& [job, t] : tasks_) {
+        if (t->cancelled) continue;
+        if (!t->producer_done || !t->unassigned.empty()) return false;
+        for (const auto& [key, stream] : t->streams)
+          if (!stream.buffer.empty()) return false;
+      }
       return true;
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&drained), deadline))
@@ -134,8 +167,14 @@ void Worker::HeartbeatLoop() {
         req.set_failed_job(failures_.begin()->first);
         req.set_task_error(failures_.begin()->second);
       }
-      for (const auto& [id, t] : tasks_)
+      for (const auto& [id, t] : tasks_) {
         if (!t->cancelled) req.add_running_jobs(id);
+        if (!t->orphaned.empty()) {
+          JobSplits* o = req.add_orphaned();
+          o->set_job_id(id);
+          for (int64_t split : t->orphaned) o->add_split_ids(split);
+        }
+      }
     }
     req.set_address(address_);
     req.set_wait_ms(options_.heartbeat_interval.count());
@@ -156,16 +195,31 @@ void Worker::HeartbeatLoop() {
           SPDLOG_INFO("worker {}: registered as worker {}", address_, resp.worker_id());
         worker_id_ = resp.worker_id();
         failures_.erase(req.failed_job());
+        for (const JobSplits& o : req.orphaned()) {  // the dispatcher has them now
+          auto it = tasks_.find(o.job_id());
+          if (it == tasks_.end()) continue;
+          std::set<int64_t> sent(o.split_ids().begin(), o.split_ids().end());
+          std::erase_if(it->second->orphaned, [&](int64_t id) { return sent.count(id) > 0; });
+        }
         std::set<int64_t> listed;
         for (const stoker::service::Task& t : resp.tasks()) {
           listed.insert(t.job_id());
-          if (tasks_.count(t.job_id())) continue;
+          if (auto it = tasks_.find(t.job_id()); it != tasks_.end()) {
+            it->second->needs_size = t.needs_size();
+            DropRemovedClients(it->second.get(), t);
+            continue;
+          }
           auto task = std::make_shared<Worker::Task>();
           task->job_id = t.job_id();
           task->spec = t.spec_json();
           task->sharding = t.sharding();
           task->compression = ParseCompression(t.compression()).value_or(Compression::kNone);
           task->num_epochs = std::max<int64_t>(1, t.num_epochs());
+          task->first_epoch = std::max<int64_t>(0, t.first_epoch());
+          task->num_consumers = std::max<int64_t>(0, t.num_consumers());
+          task->pad_rounds = t.partial_round() == "pad";
+          task->needs_size = t.needs_size();
+          DropRemovedClients(task.get(), t);
           Worker::Task* raw = task.get();
           tasks_[t.job_id()] = std::move(task);
           raw->thread = StartThread(StrCat("task-", t.job_id()), [this, raw] { RunTask(raw); });
@@ -198,6 +252,30 @@ void Worker::HeartbeatLoop() {
         mu_.AwaitWithTimeout(absl::Condition(&stop), absl::FromChrono(wait));
     }
     for (auto& t : finished) t.join();
+    // A job ended here: give the memory of its buffers back to the system (large buffers are
+    // kept on the heap, see main.cc, so freeing them alone would not shrink the process).
+    if (!finished.empty()) malloc_trim(0);
+  }
+}
+
+void Worker::DropRemovedClients(Task* task, const stoker::service::Task& listed) {
+  for (int64_t client : listed.removed_clients()) {
+    if (!task->removed_clients.insert(client).second) continue;
+    if (task->num_consumers > 0) continue;  // the job errs: coordinated consumers cannot leave
+    auto it = task->streams.find(client);
+    if (it == task->streams.end()) continue;
+    for (const Buffered& b : it->second.buffer)
+      task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;
+    for (int64_t split : it->second.splits) {
+      task->owner.erase(split);
+      task->dropped_splits.insert(split);
+      task->orphaned.push_back(split);
+    }
+    SPDLOG_INFO(
+        "worker {}: job {}: consumer {} was removed; its {} splits go back to the "
+        "dispatcher",
+        address_, task->job_id, client, it->second.splits.size());
+    task->streams.erase(it);
   }
 }
 
@@ -211,22 +289,46 @@ void Worker::RunTask(Task* task) {
   task->producer_done = true;
 }
 
-bool Worker::Push(Task* task, ElementData meta, const data::Element* element) {
-  // Encoded (and compressed) outside the lock, once: replies reference these pieces.
-  EncodedElement payload;
-  if (element != nullptr) payload = EncodeElementPieces(*element, task->compression);
+void Worker::Append(Task* task, Stream* stream, Buffered b) {
+  b.meta.set_index(stream->next_index++);
+  if (stream->buffer.empty()) stream->first_index = b.meta.index();
+  stream->buffer.push_back(std::move(b));
+}
+
+bool Worker::AssignSplit(Task* task, int64_t client, Stream* stream) {
+  if (task->unassigned.empty()) return false;
+  auto it = task->unassigned.begin();  // the oldest split: the job's order where possible
+  int64_t split = it->first;
+  task->owner[split] = client;
+  stream->splits.push_back(split);
+  for (Buffered& b : it->second.elements) Append(task, stream, std::move(b));
+  task->unassigned.erase(it);
+  return true;
+}
+
+bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t stream) {
   int64_t size = static_cast<int64_t>(payload.size) + 64;
   absl::MutexLock lock(&mu_);
   auto room = [&] {
-    return Stopped(task) || task->buffer.empty() ||
+    return Stopped(task) || task->buffered_bytes == 0 ||
            task->buffered_bytes + size <= options_.buffer_bytes;
   };
   mu_.Await(absl::Condition(&room));
   if (Stopped(task)) return false;
-  meta.set_index(task->next_index++);
-  if (task->buffer.empty()) task->first_index = meta.index();
+  const int64_t split = meta.split_id();
+  Buffered b{std::move(meta), std::move(payload)};
+  if (stream >= 0) {
+    task->buffered_bytes += size;
+    Append(task, &task->streams[stream], std::move(b));
+    return true;
+  }
+  if (task->dropped_splits.count(split)) return true;  // its consumer was removed
   task->buffered_bytes += size;
-  task->buffer.push_back(Buffered{std::move(meta), std::move(payload)});
+  if (auto owner = task->owner.find(split); owner != task->owner.end()) {
+    Append(task, &task->streams[owner->second], std::move(b));
+  } else {
+    task->unassigned[split].elements.push_back(std::move(b));
+  }
   return true;
 }
 
@@ -250,7 +352,7 @@ absl::Status Worker::RunWholePipeline(Task* task) {
   ASSIGN_OR_RETURN(auto pipeline,
                    TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
   int64_t seq = 0;
-  for (int64_t epoch = 0; epoch < task->num_epochs; ++epoch) {
+  for (int64_t epoch = task->first_epoch; epoch < task->first_epoch + task->num_epochs; ++epoch) {
     auto it = pipeline->MakeIterator(epoch, options_.threads);
     while (true) {
       ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
@@ -258,17 +360,83 @@ absl::Status Worker::RunWholePipeline(Task* task) {
       ElementData d;
       d.set_split_id(-1);
       d.set_sequence(seq++);
-      if (!Push(task, std::move(d), &*e)) return absl::OkStatus();
+      d.set_epoch(epoch);
+      if (!Push(task, std::move(d), EncodeElementPieces(*e, task->compression)))
+        return absl::OkStatus();
     }
   }
   return absl::OkStatus();
 }
 
+bool Worker::PushRounds(Task* task, const GetSplitResponse& split,
+                        std::vector<std::pair<EncodedElement, int64_t>> elements) {
+  const int64_t n = task->num_consumers;
+  // Group the split's batches by bucket (in order of first appearance), then deal each group out
+  // in rounds of n; a group's last, incomplete round is dropped, or padded with the group's first
+  // batches again.
+  std::vector<int64_t> order;
+  std::map<int64_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    auto [it, inserted] = groups.try_emplace(elements[i].second);
+    if (inserted) order.push_back(elements[i].second);
+    it->second.push_back(i);
+  }
+  std::vector<std::vector<size_t>> rounds;
+  int64_t dropped = 0;
+  for (int64_t key : order) {
+    const std::vector<size_t>& g = groups[key];
+    size_t full = g.size() / n * n;
+    for (size_t i = 0; i < full; i += n) rounds.emplace_back(g.begin() + i, g.begin() + i + n);
+    if (full == g.size()) continue;
+    if (!task->pad_rounds) {
+      dropped += static_cast<int64_t>(g.size() - full);
+      continue;
+    }
+    std::vector<size_t> round(g.begin() + full, g.end());
+    for (size_t i = 0; round.size() < static_cast<size_t>(n); ++i) round.push_back(g[i % g.size()]);
+    rounds.push_back(std::move(round));
+  }
+  if (dropped > 0)
+    SPDLOG_DEBUG("worker {}: job {} split {}: {} batches dropped (an incomplete round)", address_,
+                 task->job_id, split.split_id(), dropped);
+  for (int64_t consumer = 0; consumer < n; ++consumer) {
+    if (rounds.empty()) {  // nothing for anyone: only mark the end of the split
+      ElementData d;
+      d.set_split_id(split.split_id());
+      d.set_epoch(split.epoch());
+      d.set_last(true);
+      d.set_empty(true);
+      if (!Push(task, std::move(d), EncodedElement(), consumer)) return false;
+    }
+  }
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    for (int64_t consumer = 0; consumer < n; ++consumer) {
+      ElementData d;
+      d.set_split_id(split.split_id());
+      d.set_epoch(split.epoch());
+      d.set_sequence(static_cast<int64_t>(r));
+      d.set_last(r + 1 == rounds.size());
+      if (!Push(task, std::move(d), elements[rounds[r][consumer]].first, consumer)) return false;
+    }
+  }
+  return true;
+}
+
 absl::Status Worker::RunDynamic(Task* task) {
   ASSIGN_OR_RETURN(auto pipeline,
                    TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  const std::optional<int64_t> size = pipeline->source_size();
+  if (!size)
+    return absl::InvalidArgumentError(
+        "dynamic sharding needs a pipeline over an indexed source (a dataset, range or memory "
+        "source); use sharding 'off' for streams");
+  if (*size <= 0)
+    return absl::InvalidArgumentError("the pipeline's source has no sample: nothing to shard");
   const int64_t batch = BatchSize(pipeline->spec());
-  int64_t wanted = std::max<int64_t>(batch, 16);
+  const BucketRule buckets = BucketRuleOf(pipeline->spec());
+  // Coordinated splits hold whole rounds: a multiple of num_consumers batches.
+  const int64_t unit = batch * std::max<int64_t>(1, task->num_consumers);
+  int64_t wanted = std::max<int64_t>(unit, 16);
   int64_t last_split_id = -1;
   while (true) {
     GetSplitRequest req;
@@ -281,7 +449,8 @@ absl::Status Worker::RunDynamic(Task* task) {
     }
     req.set_job_id(task->job_id);
     req.set_last_split_id(last_split_id);
-    req.set_wanted_samples((wanted + batch - 1) / batch * batch);
+    req.set_wanted_samples((wanted + unit - 1) / unit * unit);
+    req.set_num_samples(*size);
     GetSplitResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kRpcTimeout);
@@ -296,19 +465,28 @@ absl::Status Worker::RunDynamic(Task* task) {
     }
     if (resp.kind() == GetSplitResponse::END) return absl::OkStatus();
     last_split_id = resp.split_id();
+    {
+      // A split leased again after its consumer was removed may come back here: run it afresh.
+      absl::MutexLock lock(&mu_);
+      task->dropped_splits.erase(resp.split_id());
+      task->owner.erase(resp.split_id());
+    }
     // Process the split through a fresh iterator, so that its elements are exactly its samples.
     auto start = Clock::now();
     data::SingleSplit provider({resp.begin(), resp.end()});
     auto it = pipeline->MakeIterator(resp.epoch(), options_.threads, &provider);
     std::optional<data::Element> prev;
     int64_t seq = 0;
+    std::vector<std::pair<EncodedElement, int64_t>> round_elements;  // coordinated
     auto push = [&](const data::Element* e, bool last) {
       ElementData d;
       d.set_split_id(resp.split_id());
       d.set_sequence(seq++);
       d.set_last(last);
       d.set_empty(e == nullptr);
-      return Push(task, std::move(d), e);
+      d.set_epoch(resp.epoch());
+      return Push(task, std::move(d),
+                  e == nullptr ? EncodedElement() : EncodeElementPieces(*e, task->compression));
     };
     while (true) {
       auto next = it->GetNext();
@@ -316,10 +494,19 @@ absl::Status Worker::RunDynamic(Task* task) {
         return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
                                               " [", resp.begin(), ", ", resp.end(), ")"));
       if (!next->has_value()) break;
+      if (task->num_consumers > 0) {
+        int64_t bucket = buckets.BucketOf(**next);
+        round_elements.emplace_back(EncodeElementPieces(**next, task->compression), bucket);
+        continue;
+      }
       if (prev && !push(&*prev, false)) return absl::OkStatus();
       prev = std::move(**next);
     }
-    if (!push(prev ? &*prev : nullptr, true)) return absl::OkStatus();
+    if (task->num_consumers > 0) {
+      if (!PushRounds(task, resp, std::move(round_elements))) return absl::OkStatus();
+    } else if (!push(prev ? &*prev : nullptr, true)) {
+      return absl::OkStatus();
+    }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     double per_second = (resp.end() - resp.begin()) / std::max(seconds, 1e-4);
     double target = std::chrono::duration<double>(options_.split_target).count();
@@ -343,30 +530,68 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
     auto it = tasks_.find(req.job_id());
     if (it != tasks_.end()) {
       std::shared_ptr<Task> task = it->second;  // outlives a removal while we wait below
-      while (!task->buffer.empty() && task->first_index < req.next_index()) {
-        const Buffered& b = task->buffer.front();
-        task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;
-        task->buffer.pop_front();
-        ++task->first_index;
+      if (task->removed_clients.count(req.client_id()))
+        return absl::FailedPreconditionError(
+            StrCat("worker ", address_, ": client ", req.client_id(), " of job ", task->job_id,
+                   " was removed by the dispatcher (it missed its heartbeats)"));
+      int64_t key = req.client_id();
+      if (task->num_consumers > 0) {
+        if (req.consumer_index() < 0 || req.consumer_index() >= task->num_consumers)
+          return absl::InvalidArgumentError(StrCat("GetElements: consumer_index ",
+                                                   req.consumer_index(), " is not 0 .. ",
+                                                   task->num_consumers - 1));
+        key = req.consumer_index();
+      } else if (task->sharding == "off") {
+        auto owner = task->owner.find(-1);
+        if (owner != task->owner.end() && owner->second != key)
+          return absl::FailedPreconditionError(
+              StrCat("job ", task->job_id, " has sharding off: it serves one consumer (client ",
+                     owner->second, "); share a job with dynamic sharding"));
       }
-      if (task->buffer.empty()) task->first_index = task->next_index;
-      int64_t& cursor = task->cursors[req.client_id()];
-      cursor = req.restart() ? req.next_index() : std::max(cursor, req.next_index());
-      cursor = std::min(cursor, task->next_index);
-      auto ready = [&] { return stopping_ || task->next_index > cursor || task->producer_done; };
+      task->streams.try_emplace(key);
+      // Looked up again after each wait: the consumer may have been removed meanwhile.
+      auto find = [&]() -> Stream* {
+        auto s = task->streams.find(key);
+        return s == task->streams.end() ? nullptr : &s->second;
+      };
+      Stream* stream = find();
+      while (!stream->buffer.empty() && stream->first_index < req.next_index()) {
+        const Buffered& b = stream->buffer.front();
+        task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;
+        stream->buffer.pop_front();
+        ++stream->first_index;
+      }
+      if (stream->buffer.empty()) stream->first_index = stream->next_index;
+      stream->cursor =
+          req.restart() ? req.next_index() : std::max(stream->cursor, req.next_index());
+      stream->cursor = std::min(stream->cursor, stream->next_index);
+      const bool fcfs = task->num_consumers == 0;
+      if (fcfs && stream->next_index <= stream->cursor) AssignSplit(task.get(), key, stream);
+      auto ready = [&] {
+        Stream* st = find();
+        return stopping_ || st == nullptr || st->next_index > st->cursor || task->producer_done ||
+               (fcfs && !task->unassigned.empty());
+      };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
+      stream = find();
+      if (stream == nullptr)
+        return absl::FailedPreconditionError(
+            StrCat("worker ", address_, ": client ", req.client_id(), " of job ", task->job_id,
+                   " was removed by the dispatcher (it missed its heartbeats)"));
+      if (fcfs && stream->next_index <= stream->cursor) AssignSplit(task.get(), key, stream);
+      int64_t& cursor = stream->cursor;
       int64_t bytes = 0;
-      for (int64_t i = std::max(cursor, task->first_index); i < task->next_index; ++i) {
-        const Buffered& b = task->buffer[i - task->first_index];
+      for (int64_t i = std::max(cursor, stream->first_index); i < stream->next_index; ++i) {
+        const Buffered& b = stream->buffer[i - stream->first_index];
         int64_t size = static_cast<int64_t>(b.payload.size);
         if (bytes > 0 && bytes + size > max_bytes) break;
         bytes += size;
         copies.push_back(b);
         cursor = i + 1;
       }
-      if (task->producer_done) {
-        stream_end = task->next_index;
-        end_of_stream = cursor >= task->next_index;
+      if (task->producer_done && task->unassigned.empty()) {
+        stream_end = stream->next_index;
+        end_of_stream = cursor >= stream->next_index;
       }
     }
   }

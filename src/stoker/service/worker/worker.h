@@ -25,6 +25,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,18 +76,40 @@ class Worker {
     // a buffered element may keep a larger read buffer alive than its size says.
     EncodedElement payload;
   };
+  // What one consumer reads from this worker's task: a stream of elements with indices
+  // first_index, first_index + 1, ... (GetElements hands them out and drops those received).
+  struct Stream {
+    std::deque<Buffered> buffer;
+    int64_t first_index = 0;
+    int64_t next_index = 0;       // given to the next element appended
+    int64_t cursor = 0;           // the next index to hand out
+    std::vector<int64_t> splits;  // splits handed (in part) to this consumer
+  };
+  // Elements of a split produced before a consumer asked for it.
+  struct UnassignedSplit {
+    std::deque<Buffered> elements;
+  };
   struct Task {
     int64_t job_id = 0;
     std::string spec;
     std::string sharding;
     Compression compression = Compression::kNone;
-    int64_t num_epochs = 1;  // sharding off: the epochs to run; dynamic: each split names its own
-    std::deque<Buffered> buffer;  // indices first_index, first_index + 1, ...
-    int64_t first_index = 0;
-    int64_t next_index = 0;  // given to the next element produced
-    int64_t buffered_bytes = 0;
-    std::map<int64_t, int64_t> cursors;  // client id -> the next index to hand it
-    bool producer_done = false;          // the task thread has returned
+    int64_t num_epochs = 1;   // sharding off: the epochs to run; dynamic: each split names its own
+    int64_t first_epoch = 0;  // sharding off: the first epoch to run
+    int64_t num_consumers = 0;  // coordinated reads (0: off)
+    bool pad_rounds = false;    // coordinated: pad a split's incomplete round (else drop it)
+    bool needs_size = false;    // report the source's size in GetSplit
+    // Streams by client id, or by consumer index for coordinated jobs. Without coordination each
+    // split goes whole to the first consumer that asks while its stream is empty (first come,
+    // first served); until then its elements wait in `unassigned`.
+    std::map<int64_t, Stream> streams;
+    std::map<int64_t, UnassignedSplit> unassigned;  // by split id
+    std::map<int64_t, int64_t> owner;   // split id -> the client whose stream gets its elements
+    std::set<int64_t> dropped_splits;   // their consumer was removed: discard their elements
+    std::set<int64_t> removed_clients;  // already handled
+    std::vector<int64_t> orphaned;      // splits to report to the dispatcher
+    int64_t buffered_bytes = 0;         // in every stream and in `unassigned`
+    bool producer_done = false;         // the task thread has returned
     bool cancelled = false;
     std::thread thread;
   };
@@ -96,9 +119,19 @@ class Worker {
   void RunTask(Task* task);
   absl::Status RunDynamic(Task* task);
   absl::Status RunWholePipeline(Task* task);
-  // Appends an element to the task's buffer, waiting while the buffer is full. False if the task
-  // was cancelled or the worker is stopping.
-  bool Push(Task* task, ElementData meta, const data::Element* element);
+  // Appends an element to the stream of the consumer its split goes to (or to `unassigned`),
+  // waiting while the task's buffers are full. False if the task was cancelled or the worker is
+  // stopping. `stream` >= 0 names the stream (coordinated rounds); -1: by the split's owner.
+  bool Push(Task* task, ElementData meta, EncodedElement payload, int64_t stream = -1);
+  // Coordinated reads: the split's elements dealt out in rounds, one to each consumer.
+  bool PushRounds(Task* task, const GetSplitResponse& split,
+                  std::vector<std::pair<EncodedElement, int64_t>> elements);
+  void Append(Task* task, Stream* stream, Buffered b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FCFS: hands `stream` the next unassigned split, if any.
+  bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.
+  void DropRemovedClients(Task* task, const stoker::service::Task& listed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Stopped(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || task->cancelled;
   }
