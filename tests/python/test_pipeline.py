@@ -117,9 +117,13 @@ def test_range_source_values():
 
 
 @pytest.mark.skipif(stoker._stoker.HAVE_SERVICE, reason="built with the service client")
-def test_distribute_is_reported_unavailable():
-    with pytest.raises(NotImplementedError, match="in-process"):
-        stoker.memory_range(3).distribute(dispatcher="localhost:1")
+def test_distribute_to_nothing_fails_naming_the_address():
+    if not stoker._stoker.HAVE_SERVICE:
+        with pytest.raises(NotImplementedError, match="in-process"):
+            stoker.memory_range(3).distribute(dispatcher="localhost:1")
+        return
+    with pytest.raises(stoker.StokerError, match="localhost:1"):
+        list(stoker.memory_range(3).distribute(dispatcher="localhost:1"))
 
 
 @pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE, reason="built without the service client")
@@ -151,8 +155,8 @@ def test_distribute_delivers_the_same_samples(shards, stoker_bin, tmp_path):
         assert all((by_key[tuple(b["__keys__"])] == b["jpg"]).all() for b in zstd)
         with pytest.raises(ValueError, match="compression"):
             pipe.distribute(dispatcher=address, compression="gzip")
-        with pytest.raises(NotImplementedError):
-            pipe.distribute(dispatcher=address, num_consumers=2, consumer_index=1)
+        with pytest.raises(ValueError, match="consumer_index"):
+            pipe.distribute(dispatcher=address, num_consumers=2, consumer_index=2)
     finally:
         for p in (worker, dispatcher):
             if p is not None:

@@ -1,0 +1,432 @@
+"""The service as a training job uses it, with real processes (docs/protocol.md, docs/python.md):
+epochs, shared jobs, coordinated reads for DDP, the job life cycle, clear failures, and a trainer
+without storage credentials. Every check is made from the outside: keys, bytes, exit codes, RSS."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+from conftest import SOURCE_DIR, image_spec
+from service_cluster import Cluster, rss_bytes
+
+pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
+                                reason="built without the service")
+
+PYTHON = "/usr/bin/python3"
+
+
+def python_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(stoker.__path__[0]), os.path.join(SOURCE_DIR, "tests", "python")])
+    return env
+
+
+def write_spec(tmp_path, spec, name="spec.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+# --- failing fast and clearly ---------------------------------------------------------------------
+
+def test_bad_addresses_fail_fast_naming_the_address_and_cause(stoker_bin, tmp_path):
+    pipe = stoker.memory_range(10)
+    with pytest.raises(ValueError, match=r"'127\.0\.0\.1': no port"):
+        next(iter(pipe.distribute(dispatcher="127.0.0.1")))
+    with pytest.raises(ValueError, match="only the grpc:// scheme"):
+        next(iter(pipe.distribute(dispatcher="http://127.0.0.1:5000")))
+    for address, cause in [("127.0.0.1:1", r"(?i)refused"),
+                           ("no-such-host.invalid:5000", r"(?i)(dns|resolv|not found)")]:
+        start = time.monotonic()
+        with pytest.raises(stoker.StokerError) as err:
+            next(iter(pipe.distribute(dispatcher=address)))
+        took = time.monotonic() - start
+        assert took < 12, f"{address}: {took:.1f} s"
+        assert address in str(err.value) and re.search(cause, str(err.value)), str(err.value)
+    # The same from the command line: an error naming the address, exit code not 0.
+    spec = write_spec(tmp_path, {"source": {"range": 10}})
+    r = subprocess.run([stoker_bin, "consume", "--dispatcher", "localhost", spec],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "'localhost': no port" in r.stderr, r.stderr
+
+
+def test_no_worker_is_reported_and_ctrl_c_stops_at_once(stoker_bin, tmp_path):
+    spec = write_spec(tmp_path, {"source": {"range": 100}})
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        # Waiting without a worker: a log line every 10 s, an error after --no-worker-timeout.
+        start = time.monotonic()
+        waiting = subprocess.Popen([stoker_bin, "consume", "--dispatcher",
+                                    f"grpc://{cluster.address}", spec, "--no-worker-timeout", "11"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Ctrl-C while waiting: the CLI stops at once with 130.
+        sigint = subprocess.Popen([stoker_bin, "consume", "--dispatcher", cluster.address, spec],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Python: KeyboardInterrupt reaches code iterating a distributed pipeline.
+        script = textwrap.dedent(f"""
+            import stoker
+            print("iterating", flush=True)
+            for b in stoker.memory_range(100).distribute(dispatcher="{cluster.address}"):
+                pass
+        """)
+        py = subprocess.Popen([PYTHON, "-c", script], env=python_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        assert py.stdout.readline().strip() == "iterating"
+        time.sleep(2)  # let both block in their wait for elements
+        for p in (sigint, py):
+            p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        assert sigint.wait(timeout=5) == 130
+        assert time.monotonic() - t0 < 1.5
+        assert "interrupted" in sigint.stderr.read()
+        t0 = time.monotonic()
+        py.wait(timeout=5)
+        assert time.monotonic() - t0 < 1.5
+        assert "KeyboardInterrupt" in py.stderr.read()
+
+        err = waiting.communicate(timeout=30)[1]
+        took = time.monotonic() - start
+        assert waiting.returncode != 0
+        assert "waiting for a worker: 0 registered" in err, err
+        assert "no worker registered at dispatcher" in err and cluster.address in err, err
+        assert 10 < took < 20, took
+
+
+# --- shared jobs -----------------------------------------------------------------------------------
+
+def consume_keys(stoker_bin, address, spec, job_name, *extra, line_buffered=False):
+    argv = [stoker_bin, "consume", "--dispatcher", address, spec, "--job-name", job_name,
+            "--print-keys", *extra]
+    if line_buffered:
+        argv = ["stdbuf", "-oL"] + argv
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_consumers_of_a_named_job_share_it_exactly_once(stoker_bin, tmp_path):
+    n = 60000
+    spec = write_spec(tmp_path, {"source": {"range": n}})
+    everything = {str(i) for i in range(n)}
+    with Cluster(stoker_bin, tmp_path / "cluster", client_timeout_ms=2000) as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        # Three consumers of one job: disjoint parts whose union is the epoch.
+        procs = [consume_keys(stoker_bin, cluster.address, spec, "shared") for _ in range(3)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], [o[1] for o in outs]
+        parts = [o[0].split() for o in outs]
+        assert sum(len(p) for p in parts) == n
+        assert set().union(*map(set, parts)) == everything
+        assert sum(1 for p in parts if p) >= 2, "the job was not shared"
+        # The name is free again once the job finished: a rerun is a new job with the whole epoch.
+        again = consume_keys(stoker_bin, cluster.address, spec, "shared")
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        assert sorted(out.split()) == sorted(everything)
+
+        # One of three killed with kill -9 mid-epoch: after the client timeout its unfinished
+        # splits go to the others, who complete the epoch; nothing is delivered twice among them.
+        procs = [consume_keys(stoker_bin, cluster.address, spec, "shared-kill",
+                              line_buffered=(i == 0)) for i in range(3)]
+        victim = procs[0]
+        got = []
+        while len(got) < 200:
+            line = victim.stdout.readline()
+            assert line, "the victim ended before delivering 200 keys"
+            got.append(line.strip())
+        victim.kill()
+        rest, _ = victim.communicate()
+        victim_keys = got + rest.split()
+        outs = [p.communicate(timeout=120) for p in procs[1:]]
+        assert [p.returncode for p in procs[1:]] == [0, 0], [o[1] for o in outs]
+        survivors = [k for o in outs for k in o[0].split()]
+        assert len(survivors) == len(set(survivors)), "a key went to two consumers"
+        assert set(survivors) | set(victim_keys) == everything
+        assert cluster.wait_for_log(r"client \d+ of job \d+ removed: missed its heartbeats", 10)
+
+
+def test_parameters_that_disagree_are_refused(stoker_bin, tmp_path):
+    spec = write_spec(tmp_path, {"source": {"range": 1000000}})
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        cluster.add_worker("--buffer-bytes", "1048576")
+        first = consume_keys(stoker_bin, cluster.address, spec, "J")
+        first.stdout.readline()  # the job runs
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, spec,
+                            "--job-name", "J", "--sharding", "off"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0
+        assert "job 'J'" in r.stderr and "different sharding" in r.stderr, r.stderr
+        other = write_spec(tmp_path, {"source": {"range": 5}}, "other.json")
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, other,
+                            "--job-name", "J"], capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "pipeline spec" in r.stderr, r.stderr
+        first.kill()
+        first.communicate()
+
+
+# --- epochs ----------------------------------------------------------------------------------------
+
+def test_epochs_through_the_service_equal_the_in_process_epochs(shards, stoker_bin, tmp_path):
+    pipe = stoker.Pipeline.from_spec(image_spec(shards))
+    local = [[(tuple(b["__keys__"]), b["jpg"].tobytes()) for b in pipe.iterator(epoch=e)]
+             for e in (0, 1)]
+    assert local[0] != local[1], "epochs differ in-process"
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        served = pipe.distribute(dispatcher=cluster.address, deterministic=True)
+        epochs = [[(tuple(b["__keys__"]), b["jpg"].tobytes()) for b in served] for _ in (0, 1)]
+        job = served._consumer.job_id
+        served.close()
+        assert epochs[0] == local[0]
+        assert epochs[1] == local[1]
+        # One job carried both epochs.
+        assert len(re.findall(r"job \d+ created", cluster.log())) == 1, cluster.log()
+        assert f"job {job} created" in cluster.log()
+        # set_epoch picks an epoch; a new job starts there.
+        served = pipe.distribute(dispatcher=cluster.address, deterministic=True)
+        served.set_epoch(1)
+        assert [(tuple(b["__keys__"]), b["jpg"].tobytes()) for b in served] == local[1]
+        served.close()
+
+
+# --- coordinated reads for DDP ---------------------------------------------------------------------
+
+DDP_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    import torch, torch.distributed as dist
+    import stoker, stoker.torch
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    spec, address, out, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    pipe = stoker.Pipeline.from_spec(json.load(open(spec))).distribute(dispatcher=address)
+    ds = stoker.torch.IterableDataset(pipe)       # coordinated reads from rank / world size
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    record = {"epochs": []}
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        batches = []
+        for batch in loader:
+            field = batch[sys.argv[5]]
+            x = field.reshape(field.shape[0], -1)[:, :1].float()
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()                      # all-reduce: every rank must take this step
+            opt.step()
+            batches.append({"keys": list(batch["__keys__"]), "shape": list(field.shape)})
+            if rank == 0 and len(batches) == 3:
+                print("stepping", flush=True)
+            time.sleep(delay)
+        record["epochs"].append(batches)
+        print(f"rank {rank} epoch {epoch}: {len(batches)} batches", flush=True)
+    dist.barrier()
+    json.dump(record, open(out, "w"))
+""")
+
+
+def run_ranks(tmp_path, spec, address, delay, field, on_stepping=None, world=2):
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    env = python_env()
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world))
+    procs = []
+    for rank in range(world):
+        env_r = dict(env, RANK=str(rank))
+        procs.append(subprocess.Popen(
+            [PYTHON, str(script), spec, address, str(tmp_path / f"rank{rank}.json"), str(delay),
+             field], env=env_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    if on_stepping is not None:
+        assert procs[0].stdout.readline().strip() == "stepping"
+        on_stepping()
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0] * world, [o[1][-3000:] for o in outs]
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world)]
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_ranks_get_equal_disjoint_batches_and_survive_a_killed_worker(stoker_bin, tmp_path):
+    n, batch = 4000, 10
+    spec = write_spec(tmp_path, {"source": {"range": n}, "ops": [{"op": "batch", "size": batch}]})
+    with Cluster(stoker_bin, tmp_path / "cluster", worker_timeout_ms=1500) as cluster:
+        cluster.add_worker()
+        victim = cluster.add_worker()
+        records = run_ranks(tmp_path, spec, cluster.address, 0.004, "value",
+                            on_stepping=lambda: victim.kill())
+    for epoch in range(2):
+        per_rank = [r["epochs"][epoch] for r in records]
+        assert len(per_rank[0]) == len(per_rank[1]) > 0, "equal batch counts per epoch"
+        keys = [[k for b in batches for k in b["keys"]] for batches in per_rank]
+        assert not set(keys[0]) & set(keys[1]), "disjoint"
+        union = keys[0] + keys[1]
+        assert len(union) == len(set(union)) == n, "the union is the epoch exactly once"
+
+
+def test_ddp_rounds_with_bucket_by_length_share_one_bucket(stoker_bin, tmp_path):
+    data = tmp_path / "demo"
+    subprocess.run([stoker_bin, "demo", "--images", "400", "--dir", str(data)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    shards = next(str(p) for p in [data / "shards", data] if (p / "manifest.json").exists())
+    boundaries = [112, 128, 144]
+    spec = write_spec(tmp_path, {
+        "source": {"dataset": shards + "/"},
+        "ops": [{"op": "shuffle", "seed": 3}, {"op": "decode_image", "field": "jpg"},
+                {"op": "bucket_by_length", "field": "jpg", "boundaries": boundaries,
+                 "batch_sizes": [4, 4, 4, 4]}]})
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        records = run_ranks(tmp_path, spec, cluster.address, 0.0, "jpg")
+    bucket = lambda shape: int(np.searchsorted(boundaries, shape[1], side="right"))
+    for epoch in range(2):
+        a, b = (r["epochs"][epoch] for r in records)
+        assert len(a) == len(b) > 0
+        assert [bucket(x["shape"]) for x in a] == [bucket(x["shape"]) for x in b]
+        assert len({bucket(x["shape"]) for x in a}) > 1, "several buckets were used"
+
+
+def test_a_rank_that_dies_is_an_error_for_the_others(stoker_bin, tmp_path):
+    spec = write_spec(tmp_path, {"source": {"range": 1000000}, "ops": [{"op": "batch",
+                                                                          "size": 10}]})
+    with Cluster(stoker_bin, tmp_path / "cluster", client_timeout_ms=2000) as cluster:
+        cluster.add_worker("--buffer-bytes", "1048576")
+        args = ["--job-name", "ranks", "--num-consumers", "2"]
+        ranks = [subprocess.Popen([stoker_bin, "consume", "--dispatcher", cluster.address, spec,
+                                   *args, "--consumer-index", str(i), "--print-keys"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(2)]
+        ranks[1].stdout.readline()
+        ranks[1].kill()
+        ranks[1].communicate()
+        t0 = time.monotonic()
+        _, err = ranks[0].communicate(timeout=60)
+        assert ranks[0].returncode != 0
+        assert time.monotonic() - t0 < 15
+        assert "consumer 1 of 2" in err and "coordinated job" in err, err
+
+
+# --- life cycle ------------------------------------------------------------------------------------
+
+def test_abandoned_jobs_are_collected_and_workers_give_memory_back(shards, stoker_bin, tmp_path):
+    spec_dict = image_spec(shards)
+    spec = write_spec(tmp_path, spec_dict)
+    with Cluster(stoker_bin, tmp_path / "cluster", client_timeout_ms=2000) as cluster:
+        for _ in range(2):
+            cluster.add_worker("--buffer-bytes", str(32 << 20))
+        # Warm: one whole job, so that code, threads and pools of a first job are in the baseline.
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, spec],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        time.sleep(1)
+        baseline = [rss_bytes(w.pid) for w in cluster.workers]
+        # 20 consumers of 40-epoch jobs take one batch and go: 10 exit, 10 are killed (-9).
+        peak = list(baseline)
+        for wave in range(4):
+            procs = [subprocess.Popen([stoker_bin, "consume", "--dispatcher", cluster.address,
+                                       spec, "--epochs", "40", "--print-keys"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                     for _ in range(5)]
+            for i, p in enumerate(procs):
+                p.stdout.readline()
+                if (wave + i) % 2:
+                    p.kill()
+                else:
+                    p.send_signal(signal.SIGINT)
+            for p in procs:
+                p.wait(timeout=30)
+            time.sleep(1)
+            peak = [max(a, rss_bytes(w.pid)) for a, w in zip(peak, cluster.workers)]
+        assert max(b - a for a, b in zip(baseline, peak)) > 16 << 20, "the jobs held no buffers"
+        # After the client timeout every job is ended, and the workers' memory is back.
+        deadline = time.monotonic() + 20
+        while len(re.findall(r"job \d+ ended", cluster.log())) < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling a log file
+        assert len(re.findall(r"job \d+ ended", cluster.log())) == 20, cluster.log()[-3000:]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = [rss_bytes(w.pid) for w in cluster.workers]
+            if all(n <= b * 1.1 for n, b in zip(now, baseline)):
+                break
+            time.sleep(0.5)
+        assert all(n <= b * 1.1 for n, b in zip(now, baseline)), (baseline, peak, now)
+
+
+def test_train_tiny_reruns_with_a_fixed_job_name(stoker_bin, make_images_bin, tmp_path):
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        cluster.add_worker()
+        env = python_env()
+        env.update(STOKER_BIN=stoker_bin, STOKER_MAKE_TEST_IMAGES=make_images_bin)
+        for run in range(2):
+            r = subprocess.run([PYTHON, os.path.join(SOURCE_DIR, "examples", "train_tiny.py"),
+                                "--dispatcher", cluster.address, "--steps", "20", "--log-every",
+                                "10", "--per-class", "16"],
+                               env=env, capture_output=True, text=True, timeout=240)
+            assert r.returncode == 0, r.stderr[-3000:]
+            assert "done: 20 steps" in r.stdout, r.stdout
+
+
+# --- a trainer without storage credentials ---------------------------------------------------------
+
+@pytest.fixture
+def s3_server(tmp_path):
+    script = os.path.join(SOURCE_DIR, "scripts", "s3-test-server")
+    if shutil.which("swift-proxy-server") is None:
+        pytest.skip("OpenStack Swift is not installed (scripts/install-deps.sh)")
+    d = str(tmp_path / "s3")
+    subprocess.run([script, "start", d], check=True, stdout=subprocess.DEVNULL, timeout=120)
+    try:
+        env_lines = subprocess.run([script, "env", d], check=True, capture_output=True,
+                                   text=True).stdout
+        env = {}
+        for m in re.finditer(r"export (\w+)=(\S+)", env_lines):
+            env[m.group(1)] = m.group(2).strip("'\"")
+        yield env
+    finally:
+        subprocess.run([script, "stop", d], timeout=60)
+
+
+def test_a_trainer_without_credentials_consumes_an_s3_dataset(shards, stoker_bin, s3_server,
+                                                               tmp_path):
+    with_creds = dict(os.environ, **s3_server)
+    subprocess.run(["/usr/bin/aws", "--endpoint-url", s3_server["AWS_ENDPOINT_URL"], "s3", "mb",
+                    "s3://train"], env=with_creds, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([stoker_bin, "convert", shards.rstrip("/") + "/../images",
+                    "s3://train/shards/"], env=with_creds, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    spec = {"source": {"dataset": "s3://train/shards/"}, "ops": [{"op": "batch", "size": 8}]}
+    local = sorted(k for b in stoker.Pipeline.from_spec(dict(spec, source={"dataset": shards}))
+                   for k in b["__keys__"])
+    with Cluster(stoker_bin, tmp_path / "cluster", env=with_creds) as cluster:
+        cluster.add_worker()
+        bare = {k: v for k, v in python_env().items() if not k.startswith("AWS_")}
+        bare["HOME"] = str(tmp_path)  # no ~/.aws either
+        script = textwrap.dedent(f"""
+            import json, stoker
+            pipe = stoker.Pipeline.from_spec(json.loads({json.dumps(spec)!r}))
+            keys = [k for b in pipe.distribute(dispatcher="{cluster.address}") for k in b["__keys__"]]
+            print(json.dumps(sorted(keys)))
+        """)
+        r = subprocess.run([PYTHON, "-c", script], env=bare, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout) == local
+        # In-process, the same trainer cannot read the data: the service made the difference.
+        r = subprocess.run([PYTHON, "-c", "import json, stoker; list(stoker.Pipeline.from_spec("
+                            f"json.loads({json.dumps(spec)!r})))"],
+                           env=bare, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
