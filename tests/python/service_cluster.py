@@ -14,7 +14,8 @@ class Cluster:
                  env=None):
         self.bin = stoker_bin
         self.dir = str(workdir)
-        self.env = env
+        # Job and consumer events are logged at info (the default level is warn).
+        self.env = dict(env if env is not None else os.environ, STOKER_LOG="info")
         os.makedirs(self.dir, exist_ok=True)
         self.procs = []
         self.dispatcher_log = os.path.join(self.dir, "dispatcher.log")

@@ -109,6 +109,9 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   req.set_deterministic(options.deterministic && options.num_consumers == 0);
   auto deadline = Clock::now() + options.connect_timeout;
   auto backoff = std::chrono::milliseconds(50);
+  // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
+  // cut short by its own deadline only says that the handshake was shut down.
+  std::string cause;
   while (true) {
     GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
@@ -124,12 +127,13 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!transient) return FromGrpc(s, StrCat("creating the job at dispatcher ", address));
+    if (cause.empty() || (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                          s.error_message().find("shutdown") == std::string::npos))
+      cause = s.error_message();
     if (Clock::now() + backoff > deadline)
-      return absl::UnavailableError(StrCat("cannot reach the dispatcher at ", address, " within ",
-                                           Seconds(options.connect_timeout),
-                                           " s (is it running, and is the address "
-                                           "right?): ",
-                                           s.error_message()));
+      return absl::UnavailableError(StrCat(
+          "cannot reach the dispatcher at ", address, " within ", Seconds(options.connect_timeout),
+          " s (is it running, and is the address right?): ", cause));
     std::this_thread::sleep_for(backoff);  // retry back-off, not test synchronisation
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }

@@ -172,7 +172,8 @@ void Dispatcher::CheckClients(Clock::time_point now) {
   // A running job without a live consumer for the client timeout is ended: nobody will read it.
   std::vector<int64_t> orphans;
   for (const auto& [id, job] : state_.jobs()) {
-    if (!job.ended.empty() || !job.clients.empty()) {
+    if (!job.ended.empty() || !job.clients.empty() || !job.error.empty() ||
+        state_.JobFinished(job)) {
       job_unconsumed_since_.erase(id);
       continue;
     }
