@@ -462,3 +462,21 @@ def test_a_trainer_without_credentials_consumes_an_s3_dataset(shards, stoker_bin
                             f"json.loads({json.dumps(spec)!r})))"],
                            env=bare, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
+
+
+# --- servers inside Python -------------------------------------------------------------------------
+
+def test_dispatcher_and_workers_started_from_python(tmp_path):
+    import stoker.service
+    dispatcher = stoker.service.Dispatcher(work_dir=str(tmp_path / "journal"))
+    workers = [stoker.service.Worker(dispatcher.address) for _ in range(2)]
+    try:
+        assert dispatcher.port > 0 and all(w.address.startswith("127.0.0.1:") for w in workers)
+        served = stoker.memory_range(1000).batch(10).distribute(dispatcher.address)
+        values = sorted(int(v) for b in served for v in b["value"])
+        assert values == list(range(1000))
+        served.close()
+    finally:
+        workers[0].stop(drain_timeout=2.0)
+        workers[1].stop()
+        dispatcher.stop()

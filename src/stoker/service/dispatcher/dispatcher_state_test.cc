@@ -110,5 +110,85 @@ TEST(DispatcherState, MalformedUpdatesAreErrors) {
   EXPECT_FALSE(s.Apply({{"type", "ack_splits"}, {"job_id", 9}, {"split_ids", {1}}}).ok());
 }
 
+// A job whose size is left to the workers, two consumers, one removed: its unacknowledged splits
+// go back to pending, the job's epochs complete in order, and an ended job frees its name.
+TEST(DispatcherState, ConsumersComeAndGoAndJobsEnd) {
+  DispatcherState s;
+  auto ok = [&](const json& u) { ASSERT_TRUE(s.Apply(u).ok()) << u.dump(); };
+  ok({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}});
+  ok({{"type", "create_job"},
+      {"job_id", 1},
+      {"name", "J"},
+      {"fingerprint", "f"},
+      {"num_samples", 0},
+      {"num_epochs", 2},
+      {"first_epoch", 3}});
+  ok({{"type", "register_worker"}, {"worker_id", 1}, {"address", "a:1"}});
+  const auto* job = s.FindJob(1);
+  // No split before a worker counted the samples.
+  EXPECT_FALSE(s.Apply({{"type", "create_split"},
+                        {"job_id", 1},
+                        {"split_id", 0},
+                        {"begin", 0},
+                        {"end", 4},
+                        {"worker_id", 1}})
+                   .ok());
+  ok({{"type", "set_job_size"}, {"job_id", 1}, {"num_samples", 8}});
+  EXPECT_FALSE(s.Apply({{"type", "set_job_size"}, {"job_id", 1}, {"num_samples", 9}}).ok());
+  ok({{"type", "register_client"}, {"client_id", 1}, {"job_id", 1}});
+  ok({{"type", "register_client"}, {"client_id", 2}, {"job_id", 1}});
+  EXPECT_EQ(job->clients.size(), 2u);
+  for (int i = 0; i < 4; ++i)
+    ok({{"type", "create_split"},
+        {"job_id", 1},
+        {"split_id", i},
+        {"begin", i * 4},
+        {"end", i * 4 + 4},
+        {"worker_id", 1}});
+  EXPECT_EQ(job->epochs_done(), 3);
+  ok({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0, 1}}});
+  EXPECT_EQ(job->epochs_done(), 4);  // epoch 3 (positions 0..7) is complete
+  // Client 2 was handed splits 1 and 2 and is removed: split 2 goes back, split 1 stays done.
+  ok({{"type", "remove_client"}, {"client_id", 2}});
+  ok({{"type", "requeue_splits"}, {"job_id", 1}, {"split_ids", {1, 2}}});
+  EXPECT_EQ(job->removed_clients, std::vector<int64_t>{2});
+  ASSERT_EQ(job->pending.size(), 1u);
+  EXPECT_EQ(job->pending.front(), 2);
+  EXPECT_EQ(s.FindJobByName("J"), std::optional<int64_t>(1));
+  ok({{"type", "end_job"}, {"job_id", 1}, {"reason", "no consumer"}});
+  EXPECT_EQ(s.FindJobByName("J"), std::nullopt);  // the name starts a new job now
+  EXPECT_FALSE(s.Apply({{"type", "remove_client"}, {"client_id", 2}}).ok());
+}
+
+// Coordinated reads: a split is done once every consumer acknowledged its part.
+TEST(DispatcherState, CoordinatedSplitsNeedEveryConsumer) {
+  DispatcherState s;
+  auto ok = [&](const json& u) { ASSERT_TRUE(s.Apply(u).ok()) << u.dump(); };
+  ok({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}});
+  ok({{"type", "create_job"},
+      {"job_id", 1},
+      {"fingerprint", "f"},
+      {"num_samples", 4},
+      {"num_consumers", 2}});
+  ok({{"type", "register_worker"}, {"worker_id", 1}, {"address", "a:1"}});
+  EXPECT_FALSE(s.Apply({{"type", "register_client"},
+                        {"client_id", 1},
+                        {"job_id", 1},
+                        {"consumer_index", 2}})
+                   .ok());
+  ok({{"type", "create_split"},
+      {"job_id", 1},
+      {"split_id", 0},
+      {"begin", 0},
+      {"end", 4},
+      {"worker_id", 1}});
+  ok({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}, {"consumer_index", 1}});
+  EXPECT_FALSE(s.JobFinished(*s.FindJob(1)));
+  ok({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}, {"consumer_index", 1}});
+  EXPECT_FALSE(s.JobFinished(*s.FindJob(1)));  // the same consumer twice counts once
+  ok({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}, {"consumer_index", 0}});
+  EXPECT_TRUE(s.JobFinished(*s.FindJob(1)));
+}
+
 }  // namespace
 }  // namespace stoker::service
