@@ -94,8 +94,8 @@ class ServiceClient {
 
   // The next element of the current epoch; nullopt at the end of the epoch (then AdvanceEpoch)
   // or of the job. When the spec ends with to_device, the workers run it without that op and the
-  // element is moved to this process's GPU here. With a finite `wait`, DeadlineExceeded when nothing came in time (callers
-  // that must react to signals poll with it).
+  // element is moved to this process's GPU here. With a finite `wait`, DeadlineExceeded when
+  // nothing came in time (callers that must react to signals poll with it).
   absl::StatusOr<std::optional<data::Element>> GetNext(
       absl::Duration wait = absl::InfiniteDuration());
   // Moves on to the next epoch; false if the job has none. Elements of the epoch left that were
