@@ -160,10 +160,10 @@ class Cluster:
     def splits(self):
         """(splits created, samples in them) so far, from the dispatcher's journal."""
         count = samples = 0
-        with open(os.path.join(self.work_dir, "journal.jsonl")) as f:
-            for line in f:
+        with open(os.path.join(self.work_dir, "journal.log")) as f:
+            for line in f:  # "<length> <crc32c> <json>" (docs/protocol.md, "The journal")
                 if '"create_split"' in line:
-                    u = json.loads(line)
+                    u = json.loads(line.split(" ", 2)[2])
                     count += 1
                     samples += u["end"] - u["begin"]
         return count, samples
@@ -536,7 +536,7 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
         "each calling GetSplit (16 samples wanted) in a loop over its own gRPC connection for 2 s. "
         "*split*: GetSplit only (one journaled update per split); *split+ack*: each split is also "
         "acknowledged by a ClientHeartbeat (two updates per split). Journal on: "
-        "`WORK_DIR/journal.jsonl` on this machine's ext4 disk; updates are written under the "
+        "`WORK_DIR/journal.log` on this machine's ext4 disk; updates are written under the "
         "dispatcher's mutex and every reply waits for an `fdatasync` covering them (group commit: "
         "one sync serves every RPC waiting at that moment). The client threads run on the same 2 "
         "cores as the dispatcher.",
