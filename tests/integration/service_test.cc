@@ -52,12 +52,12 @@ void WaitUntilKeysArrive(const ServiceCluster& cluster, size_t bytes) {
     std::this_thread::sleep_for(milliseconds(10));  // polling a file another process writes
 }
 
-// Waits (at most 30 s) until the dispatcher has registered `n` workers (its journal says so), so
-// that a test's job starts with all of them.
+// Waits (at most 30 s) until the dispatcher has registered `n` workers (its journal,
+// work/journal.log, says so), so that a test's job starts with all of them.
 void WaitUntilWorkersRegistered(const ServiceCluster& cluster, int n) {
   const std::string line = "\"type\":\"register_worker\",\"worker_id\":" + std::to_string(n);
   auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
-  while (ReadWholeFile(cluster.dir() + "/work/journal.jsonl").find(line) == std::string::npos &&
+  while (ReadWholeFile(cluster.dir() + "/work/journal.log").find(line) == std::string::npos &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(10));  // polling a file another process writes
 }
@@ -205,7 +205,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochTakesAShare) {
   ASSERT_EQ(consume->Wait(milliseconds(60000)), 0) << ReadWholeFile(cluster.dir() + "/consume.err");
   ExpectExactlyOnce(cluster, n);
   // The journal records who got each split: the second worker (id 2) got some.
-  std::string journal = ReadWholeFile(cluster.dir() + "/work/journal.jsonl");
+  std::string journal = ReadWholeFile(cluster.dir() + "/work/journal.log");
   EXPECT_NE(journal.find("\"type\":\"create_split\",\"worker_id\":2"), std::string::npos);
 }
 
