@@ -89,7 +89,7 @@ def run(ctx):
     script = os.path.join(ctx.tmp, "p7-consumer.py")
     with open(script, "w") as f:
         f.write(CONSUMER)
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(ctx.build), "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ctx.build_dir, "python"))
     results = {"coordinated": [], "uncoordinated": []}
     with service.Cluster(ctx, workers=2) as cluster:
         for run_index in range(RUNS):

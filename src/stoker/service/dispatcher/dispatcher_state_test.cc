@@ -171,11 +171,9 @@ TEST(DispatcherState, CoordinatedSplitsNeedEveryConsumer) {
       {"num_samples", 4},
       {"num_consumers", 2}});
   ok({{"type", "register_worker"}, {"worker_id", 1}, {"address", "a:1"}});
-  EXPECT_FALSE(s.Apply({{"type", "register_client"},
-                        {"client_id", 1},
-                        {"job_id", 1},
-                        {"consumer_index", 2}})
-                   .ok());
+  EXPECT_FALSE(
+      s.Apply({{"type", "register_client"}, {"client_id", 1}, {"job_id", 1}, {"consumer_index", 2}})
+          .ok());
   ok({{"type", "create_split"},
       {"job_id", 1},
       {"split_id", 0},
