@@ -18,6 +18,7 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+constexpr char kLeft[] = "left";  // RemoveClient's reason for a consumer that said it leaves
 
 // The in-memory state is ahead of the journal: stop, so that a restart replays a consistent
 // state (clients and workers retry meanwhile).
@@ -198,7 +199,9 @@ absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why)
   const auto* job = state_.FindJob(job_id);
   if (job == nullptr || !job->ended.empty() || state_.JobFinished(*job)) return absl::OkStatus();
   SPDLOG_INFO("dispatcher: client {} of job {} removed: {}", client_id, job_id, why);
-  if (job->num_consumers > 0 && job->error.empty()) {
+  // A consumer that left said goodbye (its training ended): the others go on, and its rounds are
+  // no longer waited for. One that went silent died: the others would wait for it for ever.
+  if (job->num_consumers > 0 && job->error.empty() && why != kLeft) {
     // Every consumer of a coordinated job takes part in every round: without this one the others
     // would wait for ever (a rank that died). They get this error instead.
     RETURN_IF_ERROR(Update({{"type", "job_error"},
@@ -383,6 +386,7 @@ void Dispatcher::ListTasks(WorkerHeartbeatResponse* resp) {
     t->set_num_consumers(job.num_consumers);
     t->set_partial_round(job.partial_round);
     t->set_needs_size(job.sharding == "dynamic" && job.num_samples == 0);
+    for (int64_t index : job.departed) t->add_departed_consumers(index);
     size_t n = job.removed_clients.size();
     for (size_t i = n > kRemovedClientsListed ? n - kRemovedClientsListed : 0; i < n; ++i)
       t->add_removed_clients(job.removed_clients[i]);
@@ -545,7 +549,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       RETURN_IF_ERROR(
           Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
   if (req.leaving()) {
-    RETURN_IF_ERROR(RemoveClient(client_id, "left"));
+    RETURN_IF_ERROR(RemoveClient(client_id, kLeft));
     // The last consumer left before the end: nobody will read the rest, and a rerun under the
     // same name should start afresh rather than join a half-consumed job.
     if (job->clients.empty() && job->ended.empty() && !state_.JobFinished(*job)) {

@@ -114,6 +114,13 @@ absl::StatusOr<std::string> GetString(const json& u, const char* key,
   return it->get<std::string>();
 }
 
+// Coordinated reads: every consumer acknowledged its part of the split, or left.
+bool CoordinatedDone(const DispatcherState::Job& job, const DispatcherState::SplitInfo& split) {
+  for (int64_t i = 0; i < job.num_consumers; ++i)
+    if (!split.acked_by.count(i) && !job.departed.count(i)) return false;
+  return true;
+}
+
 }  // namespace
 
 DispatcherState::Job* DispatcherState::MutableJob(const json& update) {
@@ -227,8 +234,19 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (it == clients_.end()) return absl::NotFoundError(StrCat("no client: ", Describe(u)));
       auto job = jobs_.find(it->second.job_id);
       if (job != jobs_.end()) {
-        job->second.clients.erase(id);
-        job->second.removed_clients.push_back(id);
+        Job& j = job->second;
+        j.clients.erase(id);
+        j.removed_clients.push_back(id);
+        if (j.num_consumers > 0) {
+          j.departed.insert(it->second.consumer_index);
+          for (auto& [split_id, split] : j.splits) {
+            if (!split.done && CoordinatedDone(j, split)) {
+              split.done = true;
+              ++j.done_splits;
+              std::erase(j.pending, split_id);
+            }
+          }
+        }
       }
       clients_.erase(it);
       return absl::OkStatus();
@@ -299,7 +317,7 @@ absl::Status DispatcherState::Apply(const json& u) {
         }
         if (job->num_consumers > 0) {
           it->second.acked_by.insert(consumer);
-          if (static_cast<int64_t>(it->second.acked_by.size()) < job->num_consumers) continue;
+          if (!CoordinatedDone(*job, it->second)) continue;
         }
         it->second.done = true;
         ++job->done_splits;

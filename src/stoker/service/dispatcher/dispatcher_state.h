@@ -22,7 +22,9 @@
 //   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
 //   job_error {job_id, message}
 //   register_client {client_id, job_id, consumer_index?}
-//   remove_client {client_id}                        timed out or left
+//   remove_client {client_id}                        timed out or left (coordinated: splits
+//                                                    that every other consumer acknowledged are
+//                                                    done)
 //   end_job {job_id, reason}                         collected (no live consumer): its tasks stop
 //
 // Thread safety: not thread-safe; the dispatcher serialises access with its mutex.
@@ -64,6 +66,9 @@ class DispatcherState {
     bool deterministic = false;
     std::set<int64_t> clients;             // live consumers
     std::vector<int64_t> removed_clients;  // consumers removed (timed out or left), in order
+    // Coordinated: consumer indices whose client was removed; their acknowledgements are no
+    // longer waited for.
+    std::set<int64_t> departed;
     bool ever_had_client = false;
     std::string ended;  // why the job was collected; empty while it runs
     std::string sharding = "dynamic";

@@ -259,9 +259,19 @@ void Worker::HeartbeatLoop() {
 }
 
 void Worker::DropRemovedClients(Task* task, const stoker::service::Task& listed) {
+  // Coordinated: a consumer that left gets no more rounds (the others must not wait behind its
+  // full stream).
+  for (int64_t index : listed.departed_consumers()) {
+    if (!task->departed.insert(index).second) continue;
+    auto it = task->streams.find(index);
+    if (it == task->streams.end()) continue;
+    for (const Buffered& b : it->second.buffer)
+      task->buffered_bytes -= static_cast<int64_t>(b.payload.size) + 64;
+    task->streams.erase(it);
+  }
   for (int64_t client : listed.removed_clients()) {
     if (!task->removed_clients.insert(client).second) continue;
-    if (task->num_consumers > 0) continue;  // the job errs: coordinated consumers cannot leave
+    if (task->num_consumers > 0) continue;  // by consumer index, below
     auto it = task->streams.find(client);
     if (it == task->streams.end()) continue;
     for (const Buffered& b : it->second.buffer)
@@ -318,6 +328,7 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
   const int64_t split = meta.split_id();
   Buffered b{std::move(meta), std::move(payload)};
   if (stream >= 0) {
+    if (task->departed.count(stream)) return true;  // that consumer left
     task->buffered_bytes += size;
     Append(task, &task->streams[stream], std::move(b));
     return true;

@@ -107,6 +107,7 @@ class Worker {
     std::map<int64_t, int64_t> owner;   // split id -> the client whose stream gets its elements
     std::set<int64_t> dropped_splits;   // their consumer was removed: discard their elements
     std::set<int64_t> removed_clients;  // already handled
+    std::set<int64_t> departed;         // coordinated: consumer indices that left
     std::vector<int64_t> orphaned;      // splits to report to the dispatcher
     int64_t buffered_bytes = 0;         // in every stream and in `unassigned`
     bool producer_done = false;         // the task thread has returned
