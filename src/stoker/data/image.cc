@@ -93,10 +93,11 @@ void OnPngError(png_structp png, png_const_charp message) {
 }
 void OnPngWarning(png_structp, png_const_charp) {}  // ancillary-chunk problems do not touch pixels
 
-// The part of DecodePng that may longjmp out; everything it allocates is owned by `pixels`/`rgb`
-// (plain buffers) or by libpng's structs, which the caller frees.
+// The part of DecodePng that may longjmp out. It must own no object with a destructor: a longjmp
+// skips destructors, so everything it allocates is owned by the caller (`pixels`, `rgb`, `rows`)
+// or by libpng's structs, which the caller frees.
 void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels,
-             std::vector<uint8_t>* rgb, int* width, int* height) {
+             std::vector<uint8_t>* rgb, std::vector<png_bytep>* rows, int* width, int* height) {
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   if (w == 0 || h == 0 || w > 65535 || h > 65535 || int64_t{w} * h > kMaxPixels) {
@@ -125,9 +126,9 @@ void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels
     rgb->resize(row_bytes * h);
     target = rgb->data();
   }
-  std::vector<png_bytep> rows(h);
-  for (png_uint_32 y = 0; y < h; ++y) rows[y] = target + row_bytes * y;
-  png_read_image(png, rows.data());
+  rows->resize(h);
+  for (png_uint_32 y = 0; y < h; ++y) (*rows)[y] = target + row_bytes * y;
+  png_read_image(png, rows->data());
 }
 
 absl::StatusOr<Tensor> DecodePng(const Buffer& bytes, int channels) {
@@ -144,12 +145,13 @@ absl::StatusOr<Tensor> DecodePng(const Buffer& bytes, int channels) {
   png_set_read_fn(png, &input, ReadPngBytes);
   UninitBuffer pixels;
   std::vector<uint8_t> rgb;
+  std::vector<png_bytep> rows;
   int width = 0, height = 0;
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, nullptr);
     return absl::InvalidArgumentError(StrCat("cannot decode PNG: ", message));
   }
-  ReadPng(png, info, channels, &pixels, &rgb, &width, &height);
+  ReadPng(png, info, channels, &pixels, &rgb, &rows, &width, &height);
   png_destroy_read_struct(&png, &info, nullptr);
   if (!rgb.empty()) {
     const uint8_t* in = rgb.data();
