@@ -6,8 +6,8 @@
 // shard-order shuffle plus a buffer). Sources produce elements with one key each; undecoded
 // fields have dtype kBytes.
 //
-// Thread safety: both interfaces are thread-safe (Read / OpenShard may be called concurrently);
-// an ElementStream is used by one thread at a time.
+// Thread safety: both interfaces are thread-safe (Read / StartRead / OpenShard may be called
+// concurrently); an ElementStream and a PendingRead are used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "stoker/core/thread_pool.h"
 #include "stoker/data/tensor.h"
 
 namespace stoker::data {
+
+// A read started by IndexedSource::StartRead, in flight until Wait() returns its result.
+// Destroying it without Wait() waits for it (its I/O and CPU work reference the source).
+class PendingRead {
+ public:
+  virtual ~PendingRead() = default;
+  // Blocks until the samples are read and returns what Read() would have; call it once.
+  virtual absl::StatusOr<std::vector<Element>> Wait() = 0;
+  // After Wait(): whether it had to block for bytes still on their way (more reads in flight
+  // would have helped).
+  virtual bool waited_for_io() const = 0;
+};
 
 class IndexedSource {
  public:
@@ -28,6 +41,13 @@ class IndexedSource {
   virtual int64_t size() const = 0;
   // Reads the samples at `indices` (each in [0, size())), in that order, as few large reads.
   virtual absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const = 0;
+  // Starts reading `indices` and returns at once, so that a caller can keep several reads in
+  // flight (read-ahead). The CPU work a read needs once its bytes arrive (record checks,
+  // decompression) runs as tasks on `pool`, or on the thread in Wait() when the pool has not
+  // started them yet; never on an I/O thread. `pool` (not owned) and the source outlive the read.
+  // The default reads synchronously inside Wait() (right for in-memory sources).
+  virtual std::unique_ptr<PendingRead> StartRead(std::vector<int64_t> indices,
+                                                 ThreadPool* pool) const;
 };
 
 class ElementStream {

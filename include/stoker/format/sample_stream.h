@@ -29,6 +29,9 @@ struct StreamOptions {
   std::shared_ptr<CorruptionReport> report;
   // Bytes fetched per ranged read while streaming (the read planner splits and parallelises them).
   uint64_t chunk_bytes = 8 << 20;
+  // Chunks fetched ahead of the one being parsed (at least 1): up to read_ahead × chunk_bytes in
+  // flight, so a store with a long time to first byte streams at the rate of several requests.
+  int read_ahead = 1;
 };
 
 class SampleStream {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -103,10 +104,20 @@ class ShardedDataset {
   absl::StatusOr<std::vector<Sample>> ReadSamples(std::initializer_list<uint64_t> indices) const {
     return ReadSamples(std::span<const uint64_t>(indices.begin(), indices.size()));
   }
-  // The same, asynchronous: `done` runs exactly once, on any thread.
+  // The same, asynchronous: `done` runs exactly once, on any thread. Records are checked (CRC)
+  // and decompressed on the thread that completes each shard's read (an I/O thread).
   void ReadSamplesAsync(
       std::vector<uint64_t> indices,
       absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const;
+  // Runs decoding work elsewhere: called on an I/O thread (possibly on several at once) with a
+  // closure that checks and decodes one shard's records of the batch; it must run the closure
+  // exactly once, on any thread, and return quickly. `done` then runs inside the last closure.
+  using DecodeRunner = std::function<void(absl::AnyInvocable<void() &&> decode)>;
+  // The same with the decoding handed to `run_decode` (e.g. queued on a CPU pool) instead of done
+  // on the I/O thread. The caller keeps the dataset alive until `done` has run.
+  void ReadSamplesAsync(std::vector<uint64_t> indices,
+                        absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done,
+                        DecodeRunner run_decode) const;
   absl::StatusOr<Sample> ReadSample(uint64_t index) const;
 
   // What kSkip left out so far.

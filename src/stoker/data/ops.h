@@ -16,9 +16,11 @@
 namespace stoker::data {
 
 // Reads an indexed source in order, or in a full permutation from (shuffle_seed, epoch) when
-// shuffle_seed is set (the same permutation every epoch if !reshuffle_each_epoch).
+// shuffle_seed is set (the same permutation every epoch if !reshuffle_each_epoch), with up to
+// `read_ahead` reads of 32 samples in flight (0: autotuned within the memory budget).
 NodePtr MakeIndexedSourceNode(std::shared_ptr<IndexedSource> source,
-                              std::optional<uint64_t> shuffle_seed, bool reshuffle_each_epoch);
+                              std::optional<uint64_t> shuffle_seed, bool reshuffle_each_epoch,
+                              int read_ahead = 0);
 // Reads a stream source shard by shard; the shard order is shuffled from (seed, epoch) when
 // shard_shuffle_seed is set.
 NodePtr MakeStreamSourceNode(std::shared_ptr<StreamSource> source,

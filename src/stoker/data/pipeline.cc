@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -100,6 +101,8 @@ struct PipelineBuilder {
   NodePtr node;
   std::vector<MapStep> steps;
   int parallelism = 0;
+  int read_ahead = 0;  // the source's reads in flight (0: autotuned)
+  int64_t memory_budget_bytes = 0;
 
   absl::Status ParseSource(const json& spec) {
     if (!spec.contains("source")) {
@@ -135,6 +138,7 @@ struct PipelineBuilder {
       std::string url = p.String("dataset");
       bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
       std::string direct_io = p.String("direct_io", "auto", {"auto", "on", "off"});
+      read_ahead = static_cast<int>(p.Int("read_ahead", 0, 0, 64));
       RETURN_IF_ERROR(p.Finish());
       auto opened = OpenFormatDataset(url, skip, direct_io);
       if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
@@ -143,12 +147,18 @@ struct PipelineBuilder {
       bool tar = p.Has("tar");
       std::vector<std::string> urls = p.StringList(tar ? "tar" : "tfrecord", std::nullopt);
       bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
+      read_ahead = static_cast<int>(p.Int("read_ahead", 0, 0, 64));
       RETURN_IF_ERROR(p.Finish());
       if (urls.empty()) {
         return absl::InvalidArgumentError(
             StrCat("$.source.", tar ? "tar" : "tfrecord", ": expected at least one URL"));
       }
-      auto opened = OpenFormatStream(urls, tar, skip);
+      // Autotuned: up to 8 chunks of 8 MiB, within a quarter of the memory budget.
+      int chunks =
+          read_ahead > 0
+              ? read_ahead
+              : static_cast<int>(std::clamp<int64_t>(memory_budget_bytes / 4 / (8 << 20), 1, 8));
+      auto opened = OpenFormatStream(urls, tar, skip, chunks);
       if (!opened.ok())
         return Annotate(opened.status(), StrCat("$.source.", tar ? "tar" : "tfrecord"));
       stream = *opened;
@@ -158,7 +168,7 @@ struct PipelineBuilder {
 
   void MaterializeSource(std::optional<uint64_t> shuffle_seed, bool reshuffle) {
     if (node) return;
-    node = indexed ? MakeIndexedSourceNode(indexed, shuffle_seed, reshuffle)
+    node = indexed ? MakeIndexedSourceNode(indexed, shuffle_seed, reshuffle, read_ahead)
                    : MakeStreamSourceNode(stream, shuffle_seed);
   }
 
@@ -263,6 +273,7 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
     return absl::InvalidArgumentError(
         StrCat("$.ops: expected an array of op objects, got ", ops->type_name()));
   }
+  b.memory_budget_bytes = pipeline->memory_budget_bytes_;
   RETURN_IF_ERROR(b.ParseSource(spec));
   RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
   pipeline->root_ = b.node;
@@ -278,6 +289,10 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
 std::string Pipeline::Fingerprint(const json& spec) {
   json canonical = spec;
   if (canonical.is_object()) canonical.erase("threads");
+  // Read-ahead changes when bytes are fetched, not what comes out.
+  if (canonical.is_object() && canonical.contains("source") && canonical["source"].is_object()) {
+    canonical["source"].erase("read_ahead");
+  }
   return HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

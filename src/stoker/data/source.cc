@@ -8,6 +8,19 @@
 namespace stoker::data {
 namespace {
 
+// The default StartRead: nothing in flight; Read() runs in Wait().
+class DeferredRead : public PendingRead {
+ public:
+  DeferredRead(const IndexedSource& source, std::vector<int64_t> indices)
+      : source_(source), indices_(std::move(indices)) {}
+  absl::StatusOr<std::vector<Element>> Wait() override { return source_.Read(indices_); }
+  bool waited_for_io() const override { return false; }
+
+ private:
+  const IndexedSource& source_;
+  std::vector<int64_t> indices_;
+};
+
 class RangeSource : public IndexedSource {
  public:
   explicit RangeSource(int64_t n) : n_(n) {}
@@ -90,6 +103,11 @@ std::map<std::string, std::shared_ptr<const std::vector<Element>>>& Registry() {
 }
 
 }  // namespace
+
+std::unique_ptr<PendingRead> IndexedSource::StartRead(std::vector<int64_t> indices,
+                                                      ThreadPool* /*pool*/) const {
+  return std::make_unique<DeferredRead>(*this, std::move(indices));
+}
 
 std::shared_ptr<IndexedSource> MakeRangeSource(int64_t n) {
   return std::make_shared<RangeSource>(n);

@@ -1,5 +1,8 @@
 #include "stoker/data/sources_format.h"
 
+#include <deque>
+
+#include "absl/synchronization/mutex.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
@@ -21,10 +24,98 @@ Element ToElement(format::Sample sample) {
   return e;
 }
 
+// A batched read in flight. Its decode closures (one per shard of the batch) arrive from the I/O
+// thread into `work`; each is run by whichever comes first: a task on the pipeline's pool, or the
+// thread in Wait() (which helps rather than waits behind other stages' tasks in the pool's queue).
+class FormatPendingRead : public PendingRead {
+ public:
+  struct State {
+    absl::Mutex mu;
+    std::deque<absl::AnyInvocable<void() &&>> work ABSL_GUARDED_BY(mu);
+    std::optional<absl::StatusOr<std::vector<format::Sample>>> result ABSL_GUARDED_BY(mu);
+  };
+
+  explicit FormatPendingRead(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  ~FormatPendingRead() override {
+    if (!waited_) (void)Wait();
+  }
+
+  // Runs one queued decode closure, if any is left (a pool task).
+  static void RunOne(const std::shared_ptr<State>& state) {
+    absl::AnyInvocable<void() &&> work;
+    {
+      absl::MutexLock lock(&state->mu);
+      if (state->work.empty()) return;
+      work = std::move(state->work.front());
+      state->work.pop_front();
+    }
+    std::move(work)();
+  }
+
+  bool waited_for_io() const override { return waited_for_io_; }
+
+  absl::StatusOr<std::vector<Element>> Wait() override {
+    waited_ = true;
+    absl::StatusOr<std::vector<format::Sample>> samples = std::vector<format::Sample>();
+    while (true) {
+      absl::AnyInvocable<void() &&> work;
+      {
+        absl::MutexLock lock(&state_->mu);
+        if (!state_->result.has_value() && state_->work.empty()) {
+          waited_for_io_ = true;
+          state_->mu.Await(absl::Condition(
+              +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+                return s->result.has_value() || !s->work.empty();
+              },
+              state_.get()));
+        }
+        if (state_->result.has_value()) {
+          samples = std::move(*state_->result);
+          break;
+        }
+        work = std::move(state_->work.front());
+        state_->work.pop_front();
+      }
+      std::move(work)();
+    }
+    RETURN_IF_ERROR(samples.status());
+    std::vector<Element> out;
+    out.reserve(samples->size());
+    for (format::Sample& s : *samples) out.push_back(ToElement(std::move(s)));
+    return out;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  bool waited_ = false;
+  bool waited_for_io_ = false;
+};
+
 class FormatIndexedSource : public IndexedSource {
  public:
   explicit FormatIndexedSource(std::shared_ptr<format::ShardedDataset> ds) : ds_(std::move(ds)) {}
   int64_t size() const override { return static_cast<int64_t>(ds_->size()); }
+  std::unique_ptr<PendingRead> StartRead(std::vector<int64_t> indices,
+                                         ThreadPool* pool) const override {
+    using State = FormatPendingRead::State;
+    auto state = std::make_shared<State>();
+    auto pending = std::make_unique<FormatPendingRead>(state);
+    auto run_decode = [state, pool](absl::AnyInvocable<void() &&> decode) {
+      {
+        absl::MutexLock lock(&state->mu);
+        state->work.push_back(std::move(decode));
+      }
+      pool->Schedule([state] { FormatPendingRead::RunOne(state); });
+    };
+    ds_->ReadSamplesAsync(
+        std::vector<uint64_t>(indices.begin(), indices.end()),
+        [state](absl::StatusOr<std::vector<format::Sample>> result) {
+          absl::MutexLock lock(&state->mu);
+          state->result = std::move(result);
+        },
+        run_decode);
+    return pending;
+  }
   absl::StatusOr<std::vector<Element>> Read(std::span<const int64_t> indices) const override {
     std::vector<uint64_t> wanted(indices.begin(), indices.end());
     ASSIGN_OR_RETURN(std::vector<format::Sample> samples, ds_->ReadSamples(wanted));
@@ -57,14 +148,15 @@ class FormatStream : public ElementStream {
 
 class FormatStreamSource : public StreamSource {
  public:
-  FormatStreamSource(std::vector<std::string> urls, bool tar, bool skip_corrupt)
-      : urls_(std::move(urls)), tar_(tar), skip_corrupt_(skip_corrupt) {}
+  FormatStreamSource(std::vector<std::string> urls, bool tar, bool skip_corrupt, int read_ahead)
+      : urls_(std::move(urls)), tar_(tar), skip_corrupt_(skip_corrupt), read_ahead_(read_ahead) {}
   int num_shards() const override { return static_cast<int>(urls_.size()); }
   absl::StatusOr<std::unique_ptr<ElementStream>> OpenShard(int shard) const override {
     format::StreamOptions options;
     options.format = tar_ ? format::StreamFormat::kTar : format::StreamFormat::kTfRecord;
     options.on_corrupt = skip_corrupt_ ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
     options.report = std::make_shared<format::CorruptionReport>();
+    options.read_ahead = read_ahead_;
     ASSIGN_OR_RETURN(auto s, format::OpenSampleStream(urls_[shard], options));
     return std::unique_ptr<ElementStream>(new FormatStream(std::move(s), options.report));
   }
@@ -73,6 +165,7 @@ class FormatStreamSource : public StreamSource {
   std::vector<std::string> urls_;
   bool tar_;
   bool skip_corrupt_;
+  int read_ahead_;
 };
 
 }  // namespace
@@ -90,8 +183,10 @@ absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::stri
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                               bool tar, bool skip_corrupt) {
-  return std::shared_ptr<StreamSource>(new FormatStreamSource(std::move(urls), tar, skip_corrupt));
+                                                               bool tar, bool skip_corrupt,
+                                                               int read_ahead) {
+  return std::shared_ptr<StreamSource>(
+      new FormatStreamSource(std::move(urls), tar, skip_corrupt, read_ahead));
 }
 
 #else
@@ -104,7 +199,8 @@ absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::stri
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                               bool tar, bool skip_corrupt) {
+                                                               bool tar, bool skip_corrupt,
+                                                               int read_ahead) {
   return absl::UnimplementedError("this build has no shard format layer (stoker_format)");
 }
 

@@ -19,8 +19,10 @@ namespace stoker::data {
 absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(
     const std::string& url, bool skip_corrupt = false, const std::string& direct_io = "auto");
 
-// TFRecord (tar = false) or WebDataset tar (tar = true) files, one shard per URL.
+// TFRecord (tar = false) or WebDataset tar (tar = true) files, one shard per URL, each read with
+// `read_ahead` chunks in flight (format::StreamOptions::read_ahead).
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
-                                                               bool tar, bool skip_corrupt = false);
+                                                               bool tar, bool skip_corrupt = false,
+                                                               int read_ahead = 1);
 
 }  // namespace stoker::data

@@ -10,68 +10,84 @@ namespace stoker::format {
 
 struct ByteSource::Fetch {
   uint64_t offset = 0;
+  uint64_t length = 0;
   absl::Notification done;
   absl::StatusOr<Buffer> result;
 };
 
 absl::StatusOr<std::unique_ptr<ByteSource>> ByteSource::Open(
     std::shared_ptr<io::RangedReader> reader, std::string key, std::string url,
-    uint64_t chunk_bytes) {
+    uint64_t chunk_bytes, int read_ahead) {
   ASSIGN_OR_RETURN(io::ObjectInfo info, reader->store().Stat(key));
   return std::unique_ptr<ByteSource>(new ByteSource(std::move(reader), std::move(key),
                                                     std::move(url), info.size, std::move(info.etag),
-                                                    chunk_bytes));
+                                                    chunk_bytes, read_ahead));
 }
 
 ByteSource::ByteSource(std::shared_ptr<io::RangedReader> reader, std::string key, std::string url,
-                       uint64_t size, std::string etag, uint64_t chunk_bytes)
+                       uint64_t size, std::string etag, uint64_t chunk_bytes, int read_ahead)
     : reader_(std::move(reader)),
       key_(std::move(key)),
       url_(std::move(url)),
       size_(size),
       etag_(std::move(etag)),
-      chunk_bytes_(std::max<uint64_t>(chunk_bytes, 4096)) {}
+      chunk_bytes_(std::max<uint64_t>(chunk_bytes, 4096)),
+      read_ahead_(static_cast<size_t>(std::max(read_ahead, 1))) {}
 
 ByteSource::~ByteSource() {
-  // The callback of an in-flight prefetch writes into *prefetch_, which it co-owns; nothing else
-  // needs to wait, but waiting keeps the reader's work bounded to live sources.
-  if (prefetch_ != nullptr) prefetch_->done.WaitForNotification();
+  // The callback of a fetch in flight writes into its Fetch, which it co-owns; nothing else needs
+  // to wait, but waiting keeps the reader's work bounded to live sources.
+  DropFetches();
 }
 
-void ByteSource::StartPrefetch(uint64_t offset) {
-  if (offset >= size_) return;
-  auto fetch = std::make_shared<Fetch>();
-  fetch->offset = offset;
-  prefetch_ = fetch;
-  uint64_t length = std::min(chunk_bytes_, size_ - offset);
-  reader_->ReadRangesAsync(key_, {io::ByteRange{offset, length}}, etag_,
-                           [fetch](absl::StatusOr<std::vector<Buffer>> result) {
-                             if (result.ok()) {
-                               fetch->result = std::move((*result)[0]);
-                             } else {
-                               fetch->result = std::move(result).status();
-                             }
-                             fetch->done.Notify();
-                           });
+void ByteSource::DropFetches() {
+  for (auto& fetch : fetches_) fetch->done.WaitForNotification();
+  fetches_.clear();
+}
+
+void ByteSource::StartFetches() {
+  while (fetches_.size() < read_ahead_ && next_fetch_ < size_) {
+    auto fetch = std::make_shared<Fetch>();
+    fetch->offset = next_fetch_;
+    fetch->length = std::min(chunk_bytes_, size_ - next_fetch_);
+    next_fetch_ += fetch->length;
+    fetches_.push_back(fetch);
+    reader_->ReadRangesAsync(key_, {io::ByteRange{fetch->offset, fetch->length}}, etag_,
+                             [fetch](absl::StatusOr<std::vector<Buffer>> result) {
+                               if (result.ok()) {
+                                 fetch->result = std::move((*result)[0]);
+                               } else {
+                                 fetch->result = std::move(result).status();
+                               }
+                               fetch->done.Notify();
+                             });
+  }
 }
 
 absl::Status ByteSource::Refill() {
-  uint64_t offset = position_;
-  if (prefetch_ == nullptr || prefetch_->offset != offset) {
-    if (prefetch_ != nullptr) prefetch_->done.WaitForNotification();
-    StartPrefetch(offset);
+  const uint64_t offset = position_;
+  // Fetches that end at or before the position were skipped over.
+  while (!fetches_.empty() && fetches_.front()->offset + fetches_.front()->length <= offset) {
+    fetches_.front()->done.WaitForNotification();
+    fetches_.pop_front();
   }
-  std::shared_ptr<Fetch> fetch = std::move(prefetch_);
+  if (fetches_.empty() || fetches_.front()->offset > offset) {
+    DropFetches();
+    next_fetch_ = offset;
+    StartFetches();
+  }
+  std::shared_ptr<Fetch> fetch = std::move(fetches_.front());
+  fetches_.pop_front();
   fetch->done.WaitForNotification();
+  StartFetches();
   if (!fetch->result.ok()) return Annotate(fetch->result.status(), StrCat("reading ", url_));
   chunk_ = std::move(*fetch->result);
-  chunk_offset_ = offset;
-  uint64_t expected = std::min(chunk_bytes_, size_ - offset);
-  if (chunk_.size() != expected) {
-    return absl::DataLossError(StrCat(url_, ": read ", chunk_.size(), " bytes at offset ", offset,
-                                      ", expected ", expected, " (object changed or truncated?)"));
+  chunk_offset_ = fetch->offset;
+  if (chunk_.size() != fetch->length) {
+    return absl::DataLossError(StrCat(url_, ": read ", chunk_.size(), " bytes at offset ",
+                                      fetch->offset, ", expected ", fetch->length,
+                                      " (object changed or truncated?)"));
   }
-  StartPrefetch(offset + chunk_.size());
   return absl::OkStatus();
 }
 

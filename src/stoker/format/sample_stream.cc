@@ -348,8 +348,9 @@ absl::StatusOr<std::unique_ptr<SampleStream>> OpenSampleStream(std::string_view 
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
   auto reader = std::make_shared<io::RangedReader>(target.store);
   std::string object_url = target.store->Url(target.key);
-  ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source,
-                   ByteSource::Open(reader, target.key, object_url, options.chunk_bytes));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ByteSource> source,
+      ByteSource::Open(reader, target.key, object_url, options.chunk_bytes, options.read_ahead));
   switch (format) {
     case StreamFormat::kShard: {
       absl::Notification loaded;

@@ -241,6 +241,13 @@ absl::StatusOr<std::shared_ptr<ShardedDataset>> ShardedDataset::Open(
 void ShardedDataset::ReadSamplesAsync(
     std::vector<uint64_t> indices,
     absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done) const {
+  ReadSamplesAsync(std::move(indices), std::move(done), nullptr);
+}
+
+void ShardedDataset::ReadSamplesAsync(
+    std::vector<uint64_t> indices,
+    absl::AnyInvocable<void(absl::StatusOr<std::vector<Sample>>) &&> done,
+    DecodeRunner run_decode) const {
   for (uint64_t index : indices) {
     if (index >= size()) {
       std::move(done)(absl::OutOfRangeError(StrCat("sample index ", index, " is past the end of ",
@@ -302,40 +309,48 @@ void ShardedDataset::ReadSamplesAsync(
     std::string url = ShardUrl(shard);
     reader_->ReadRangesAsync(
         shard_keys_[shard], std::move(ranges), "",
-        [this, batch, positions = std::move(positions), url = std::move(url),
-         finish](absl::StatusOr<std::vector<Buffer>> result) {
-          absl::Status error;
-          if (!result.ok()) {
-            error = Annotate(result.status(), StrCat("reading samples from ", url));
-          } else {
-            for (size_t j = 0; j < positions.size() && error.ok(); ++j) {
-              uint64_t index = batch->indices[positions[j]];
-              SampleLocation loc = directory_.location(index);
-              std::string_view key = directory_.key(index);
-              absl::StatusOr<Sample> sample;
-              if ((*result)[j].size() != loc.length) {
-                sample = shard::RecordError(url, loc.offset, key, "truncated record");
-              } else {
-                sample = shard::DecodeRecord((*result)[j], url, loc.offset, key);
-              }
-              if (sample.ok()) {
-                sample->index = index;
-                batch->samples[positions[j]] = std::move(*sample);
-              } else if (options_.on_corrupt == OnCorrupt::kSkip &&
-                         absl::IsDataLoss(sample.status())) {
-                spdlog::warn("skipping corrupt sample {}: {}", index,
-                             std::string(sample.status().message()));
-                report_->Add(sample.status());
-              } else {
-                error = sample.status();
+        [this, batch, positions = std::move(positions), url = std::move(url), finish,
+         run_decode](absl::StatusOr<std::vector<Buffer>> result) mutable {
+          auto decode = [this, batch, positions = std::move(positions), url = std::move(url),
+                         finish, result = std::move(result)]() mutable {
+            absl::Status error;
+            if (!result.ok()) {
+              error = Annotate(result.status(), StrCat("reading samples from ", url));
+            } else {
+              for (size_t j = 0; j < positions.size() && error.ok(); ++j) {
+                uint64_t index = batch->indices[positions[j]];
+                SampleLocation loc = directory_.location(index);
+                std::string_view key = directory_.key(index);
+                absl::StatusOr<Sample> sample;
+                if ((*result)[j].size() != loc.length) {
+                  sample = shard::RecordError(url, loc.offset, key, "truncated record");
+                } else {
+                  sample = shard::DecodeRecord((*result)[j], url, loc.offset, key);
+                }
+                if (sample.ok()) {
+                  sample->index = index;
+                  batch->samples[positions[j]] = std::move(*sample);
+                } else if (options_.on_corrupt == OnCorrupt::kSkip &&
+                           absl::IsDataLoss(sample.status())) {
+                  spdlog::warn("skipping corrupt sample {}: {}", index,
+                               std::string(sample.status().message()));
+                  report_->Add(sample.status());
+                } else {
+                  error = sample.status();
+                }
               }
             }
+            if (!error.ok()) {
+              absl::MutexLock lock(&batch->mu);
+              if (batch->error.ok()) batch->error = error;
+            }
+            finish(batch);
+          };
+          if (run_decode) {
+            run_decode(std::move(decode));
+          } else {
+            decode();
           }
-          if (!error.ok()) {
-            absl::MutexLock lock(&batch->mu);
-            if (batch->error.ok()) batch->error = error;
-          }
-          finish(batch);
         });
   }
 }
