@@ -144,7 +144,9 @@ class Pipeline:
         one job_name): every consumer gets one batch per round and the same number of batches per
         epoch; partial_round "drop" (default) or "pad" says what happens to an incomplete round.
         The torch adapter fills them from torch.distributed's rank and world size.
-        deterministic: deliver in the job's global order (the in-process order); one consumer.
+        deterministic: deliver in the job's global order (the in-process order, whatever the
+        number of workers); one consumer. Default: True, except for a job_name without
+        num_consumers (a shared job, delivered first come first served); False: fastest first.
         compression ("none", "zstd" or "lz4") compresses elements on the wire (worth it when the
         network, not the workers' CPU, is the limit). num_epochs: epochs the job may run (default:
         as many as you iterate). no_worker_timeout: seconds without any worker before an error
@@ -166,6 +168,9 @@ class Pipeline:
         if num_consumers is not None and not 0 <= consumer_index < num_consumers:
             raise ValueError(f"distribute: consumer_index {consumer_index} is not 0 .. "
                              f"{num_consumers - 1}")
+        if deterministic is None:
+            # In order, unless the job is named to be shared (first come first served).
+            deterministic = not job_name or num_consumers is not None
         return DistributedPipeline(self, dispatcher, job_name or "", sharding, compression,
                                    num_consumers=num_consumers, consumer_index=consumer_index,
                                    partial_round=partial_round, deterministic=bool(deterministic),

@@ -129,7 +129,10 @@ struct ConsumeOptions {
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
   std::string partial_round = "drop";
-  bool deterministic = false;
+  bool deterministic = false;     // --deterministic
+  bool no_deterministic = false;  // --no-deterministic
+  int64_t prefetch_mb = 256;
+  int64_t reorder_mb = 256;
   double no_worker_timeout_s = 0;
   int64_t max_elements = -1;
   bool print_keys = false;
@@ -176,7 +179,14 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.num_consumers = o.num_consumers;
   options.consumer_index = o.consumer_index;
   options.partial_round = o.partial_round;
-  options.deterministic = o.deterministic;
+  if (o.deterministic && o.no_deterministic)
+    return absl::InvalidArgumentError("give --deterministic or --no-deterministic, not both");
+  // In order by default; a named job without coordinated reads is meant to be shared, so it
+  // delivers fastest first unless --deterministic says otherwise.
+  options.deterministic =
+      o.deterministic || (!o.no_deterministic && (o.job_name.empty() || o.num_consumers > 0));
+  options.prefetch_bytes = o.prefetch_mb << 20;
+  options.reorder_bytes = o.reorder_mb << 20;
   options.no_worker_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.no_worker_timeout_s * 1000));
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
@@ -472,7 +482,18 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "coordinated reads: drop (default) or pad a split's incomplete round")
       ->check(CLI::IsMember({"drop", "pad"}));
   c->add_flag("--deterministic", consume_options.deterministic,
-              "deliver in the job's global order (the same as `stoker run`); one consumer");
+              "deliver in the job's global order, the order of `stoker run` whatever the number "
+              "of workers (the default, except for a --job-name without --num-consumers); one "
+              "consumer");
+  c->add_flag("--no-deterministic", consume_options.no_deterministic,
+              "deliver elements as they arrive (fastest first); needed to share a job by name");
+  c->add_option("--prefetch-mb", consume_options.prefetch_mb,
+                "MiB of elements fetched ahead of the trainer (default 256)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--reorder-mb", consume_options.reorder_mb,
+                "in order: MiB the client may hold beyond its prefetch buffer while the next "
+                "element is missing (default 256)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--no-worker-timeout", consume_options.no_worker_timeout_s,
                 "fail after this many seconds without any registered worker (default: wait, "
                 "logging every 10 s)");

@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   req.set_first_epoch(options.first_epoch);
   req.set_num_consumers(options.num_consumers);
   req.set_partial_round(options.partial_round);
-  req.set_deterministic(options.deterministic && options.num_consumers == 0);
+  req.set_deterministic(options.deterministic && options.num_consumers == 0 &&
+                        options.sharding == "dynamic");
   auto deadline = Clock::now() + options.connect_timeout;
   auto backoff = std::chrono::milliseconds(50);
   // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
@@ -364,20 +365,53 @@ ServiceClient::Fetcher* ServiceClient::NextFetcher() {
   return nullptr;
 }
 
+ServiceClient::Fetcher* ServiceClient::NextFetcherAtCap(int64_t* max_bytes) {
+  const auto now = Clock::now();
+  if (!cap_logged_) {
+    cap_logged_ = true;
+    SPDLOG_INFO(
+        "job {}: the reorder buffer is full ({} MiB held) while split {} is missing; finishing "
+        "the splits in progress and asking 1 MiB every 100 ms until it comes",
+        job_id_, ready_bytes_ >> 20, expected_.first);
+  }
+  auto usable = [&](const Fetcher& f) {
+    return !f.removed && !f.ended && f.in_flight < options_.requests_per_worker &&
+           f.retry_at <= now;
+  };
+  // A worker in the middle of a split sends the rest of it before anything else: at most one
+  // split a worker beyond the cap.
+  for (auto& [id, f] : fetchers_)
+    if (f->mid_split && usable(*f)) return f.get();
+  // Otherwise a small request now and then, in turn: a worker whose buffer is full of later
+  // splits leases no split, so the one re-run after its worker died would never be produced.
+  if (now - trickle_at_ < std::chrono::milliseconds(100)) return nullptr;
+  Fetcher* f = NextFetcher();
+  if (f != nullptr) {
+    trickle_at_ = now;
+    *max_bytes = std::min<int64_t>(options_.request_bytes, int64_t{1} << 20);
+  }
+  return f;
+}
+
 // A thread of the fetch pool. The worker hands each request the elements after the previous
 // one's, so requests in flight to one worker do not ask for the same elements.
 void ServiceClient::FetchLoop() {
   while (true) {
     Fetcher* f = nullptr;
     GetElementsRequest req;
+    int64_t max_bytes = options_.request_bytes;
     {
       absl::MutexLock lock(&mu_);
       while (true) {
         if (stopping_) return;
+        max_bytes = options_.request_bytes;
         // Past the budget only while GetNext waits for an element that is not here (the next in
-        // order may be behind a full budget of later ones).
-        if ((ready_bytes_ < options_.prefetch_bytes || blocked_) && (f = NextFetcher()) != nullptr)
-          break;
+        // order may be behind a full budget of later ones), up to the reorder buffer's size.
+        const bool room = ready_bytes_ < options_.prefetch_bytes ||
+                          (blocked_ && (!ordered() || ready_bytes_ < options_.prefetch_bytes +
+                                                                         options_.reorder_bytes));
+        if (room && (f = NextFetcher()) != nullptr) break;
+        if (!room && blocked_ && (f = NextFetcherAtCap(&max_bytes)) != nullptr) break;
         // Nothing to ask now (budget full, every worker busy or backing off): look again soon, or
         // when the consumer takes an element.
         int64_t bytes = ready_bytes_;
@@ -395,7 +429,7 @@ void ServiceClient::FetchLoop() {
       f->restart = false;
     }
     req.set_job_id(job_id_);
-    req.set_max_bytes(options_.request_bytes);
+    req.set_max_bytes(max_bytes);
     req.set_consumer_index(options_.consumer_index);
     GetElementsResponse resp;
     grpc::ClientContext ctx;
@@ -432,6 +466,7 @@ void ServiceClient::FetchLoop() {
         f->removed = true;
         break;
       }
+      if (d.split_id() >= 0) f->mid_split = !d.last();
       if (!Accept(f, &d)) ++stats_.duplicates;
     }
     if (options_.sharding == "off" && resp.stream_end() >= 0 &&

@@ -54,11 +54,20 @@ struct ServiceClientOptions {
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
   std::string partial_round = "drop";  // coordinated: "drop" or "pad" an incomplete round
-  // Deliver in the job's global order (split by split). Coordinated jobs always do.
-  bool deterministic = false;
+  // Deliver in the job's global order (split by split, in split order: the order of `stoker run`),
+  // whatever the number of workers and across workers that die. Coordinated jobs always do. false:
+  // each element as it arrives (fastest first); a job shared by several consumers (job_name,
+  // num_consumers 0) needs false.
+  bool deterministic = true;
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
+  // In order: while the next element is missing, the client fetches past prefetch_bytes up to
+  // prefetch_bytes + reorder_bytes (the reorder buffer). Beyond that it only finishes the splits
+  // each worker has in progress, plus one small request (1 MiB) every 100 ms to some worker, so
+  // that a split re-run after its worker died can still reach a worker whose buffer is full of
+  // later splits (docs/protocol.md, "Deterministic order").
+  int64_t reorder_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
   // Open fails if the dispatcher cannot be reached for this long (naming the cause).
   std::chrono::milliseconds connect_timeout{10000};
@@ -120,8 +129,9 @@ class ServiceClient {
     bool ended = false;                // sharding off: the worker's whole stream was received
     int64_t received_below = 0;        // every index of its stream below this was received
     std::set<int64_t> received_above;  // indices received at or above received_below
-    bool restart = false;  // a response was lost: the next request moves the cursor back
-    int in_flight = 0;     // requests to this worker now
+    bool restart = false;    // a response was lost: the next request moves the cursor back
+    bool mid_split = false;  // the last element received from it was not the last of its split
+    int in_flight = 0;       // requests to this worker now
     std::chrono::steady_clock::time_point retry_at;  // after a failed request: not before
     std::chrono::milliseconds backoff{20};
   };
@@ -146,6 +156,8 @@ class ServiceClient {
   // The next worker to ask (in turn, with fewer than requests_per_worker requests in flight, not
   // backing off), or null.
   Fetcher* NextFetcher() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // In order with the reorder buffer full: a worker to ask, or null; sets *max_bytes.
+  Fetcher* NextFetcherAtCap(int64_t* max_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an element received from `f`; returns false if it is a duplicate.
   bool Accept(Fetcher* f, ElementData* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One element of `split` was delivered (or discarded): acknowledges the split once it is whole.
@@ -174,6 +186,9 @@ class ServiceClient {
   int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // GetNext waits for an element that is not here: fetch past the prefetch budget.
   bool blocked_ ABSL_GUARDED_BY(mu_) = false;
+  // The reorder buffer is full: when the last small request went out, and whether that was logged.
+  std::chrono::steady_clock::time_point trickle_at_ ABSL_GUARDED_BY(mu_);
+  bool cap_logged_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<int64_t, int64_t> expected_ ABSL_GUARDED_BY(mu_) = {0, 0};  // ordered: next to deliver
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // not yet acked

@@ -511,7 +511,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                  "(client ",
                  *job->clients.begin(),
                  "); several consumers need num_consumers "
-                 "(coordinated reads) or deterministic off"));
+                 "(coordinated reads) or deterministic false (stoker consume "
+                 "--no-deterministic, Python distribute(deterministic=False))"));
     }
     client_id = state_.next_client_id();
     RETURN_IF_ERROR(

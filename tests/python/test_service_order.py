@@ -1,0 +1,145 @@
+"""One order whatever the worker count (docs/protocol.md, "Deterministic order"): with real
+processes, a seed gives the same keys and the same bytes through 1, 2 or 4 workers, across a worker
+killed with SIGKILL mid-epoch, and the same as in-process (`stoker run`, Pipeline.iterator)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import stoker
+from service_cluster import Cluster
+
+pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
+                                reason="built without the service")
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory, stoker_bin, make_images_bin):
+    """3 classes x 100 JPEGs of 96x72 as shards: enough work that an epoch outlasts a kill."""
+    work = tmp_path_factory.mktemp("order-data")
+    subprocess.run([make_images_bin, str(work / "images"), "--classes", "3", "--per-class", "100",
+                    "--width", "96", "--height", "72"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([stoker_bin, "convert", str(work / "images"), str(work / "shards")], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return str(work / "shards") + "/"
+
+
+def slow_image_spec(url):
+    """Random crops and flips (the bytes depend on seed, epoch and sample), made slow on purpose
+    (an upscale) so that a worker killed after the first batch still had work to lose."""
+    return {
+        "seed": 11,
+        "source": {"dataset": url},
+        "ops": [
+            {"op": "shuffle", "seed": 5},
+            {"op": "decode_image", "field": "jpg"},
+            {"op": "resize", "field": "jpg", "size": [384, 384]},
+            {"op": "random_resized_crop", "field": "jpg", "size": [24, 24]},
+            {"op": "flip", "field": "jpg", "p": 0.5},
+            {"op": "batch", "size": 4},
+        ],
+    }
+
+
+def keys_and_bytes(batches):
+    return [(tuple(b["__keys__"]), b["jpg"].tobytes()) for b in batches]
+
+
+def wait_for_workers(cluster, n):
+    assert cluster.wait_for_log(rf"worker {n} at ", 20), cluster.log()
+
+
+def test_same_keys_and_bytes_with_1_2_4_workers_and_a_killed_worker(many_shards, stoker_bin,
+                                                                       tmp_path):
+    pipe = stoker.Pipeline.from_spec(slow_image_spec(many_shards))
+    local = keys_and_bytes(pipe.iterator(epoch=1))
+    assert len(local) == 75
+    for workers in (1, 2, 4):
+        with Cluster(stoker_bin, tmp_path / f"w{workers}") as cluster:
+            for _ in range(workers):
+                cluster.add_worker("--threads", "1")
+            wait_for_workers(cluster, workers)
+            served = pipe.distribute(dispatcher=cluster.address)  # deterministic by default
+            served.set_epoch(1)
+            got = keys_and_bytes(served)
+            served.close()
+            assert got == local, f"{workers} workers: order or bytes differ from in-process"
+    # A worker killed after the first batch: its splits are re-run elsewhere, the order holds.
+    with Cluster(stoker_bin, tmp_path / "kill", worker_timeout_ms=1000) as cluster:
+        for _ in range(2):
+            cluster.add_worker("--threads", "1")
+        wait_for_workers(cluster, 2)
+        served = pipe.distribute(dispatcher=cluster.address)
+        served.set_epoch(1)
+        it = iter(served)
+        got = keys_and_bytes([next(it)])
+        cluster.workers[1].send_signal(signal.SIGKILL)
+        got += keys_and_bytes(it)
+        served.close()
+        assert cluster.wait_for_log(r"worker \d+ \(.*\) missed its heartbeats", 10), cluster.log()
+        assert got == local, "order or bytes differ after a worker was killed"
+        # The killed worker had produced part of the epoch (it was not idle when killed).
+        assert re.search(r"leasing its splits again", cluster.log())
+
+
+def test_deterministic_false_is_fastest_first_and_still_exactly_once(many_shards, stoker_bin,
+                                                                        tmp_path):
+    pipe = stoker.Pipeline.from_spec(slow_image_spec(many_shards))
+    local = keys_and_bytes(pipe.iterator(epoch=0))
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        cluster.add_worker("--threads", "1")
+        cluster.add_worker("--threads", "1")
+        served = pipe.distribute(dispatcher=cluster.address, deterministic=False)
+        got = keys_and_bytes(served)
+        served.close()
+    assert sorted(got) == sorted(local)
+
+
+def run_keys(argv, **kw):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split(), r.stderr
+
+
+def test_cli_order_equals_stoker_run_with_a_small_reorder_buffer_and_a_kill(stoker_bin, tmp_path):
+    n = 200000
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"source": {"range": n},
+                                "ops": [{"op": "shuffle", "seed": 3}]}))
+    expected, _ = run_keys([stoker_bin, "run", str(spec), "--print-keys"])
+    assert sorted(expected, key=int) == [str(i) for i in range(n)]
+    for workers in (1, 4):
+        with Cluster(stoker_bin, tmp_path / f"cli{workers}") as cluster:
+            for _ in range(workers):
+                cluster.add_worker()
+            wait_for_workers(cluster, workers)
+            keys, _ = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                                "--print-keys"])
+            assert keys == expected, f"{workers} workers"
+    # The same through a 1 MiB prefetch and 1 MiB reorder buffer while one of two workers is
+    # killed: the client holds back what came after the lost splits, up to its cap, and still
+    # delivers `stoker run`'s order once they are re-run.
+    with Cluster(stoker_bin, tmp_path / "clikill", worker_timeout_ms=1000) as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        wait_for_workers(cluster, 2)
+        out = tmp_path / "consume.out"
+        env = dict(os.environ, STOKER_LOG="info")
+        with open(out, "w") as f:
+            consume = subprocess.Popen([stoker_bin, "consume", "--dispatcher", cluster.address,
+                                        str(spec), "--print-keys", "--prefetch-mb", "1",
+                                        "--reorder-mb", "1"],
+                                       stdout=f, stderr=subprocess.PIPE, text=True, env=env)
+            deadline = time.monotonic() + 20
+            while os.path.getsize(out) < 1000 and time.monotonic() < deadline:
+                time.sleep(0.01)  # polling a file another process writes
+            cluster.workers[0].send_signal(signal.SIGKILL)
+            _, err = consume.communicate(timeout=60)
+        assert consume.returncode == 0, err
+        assert out.read_text().split() == expected
+        assert "the reorder buffer is full" in err, err
+        assert re.search(r"leasing its splits again", cluster.log()), cluster.log()
