@@ -323,6 +323,8 @@ class ServiceConsumer {
     options.consumer_index = o["consumer_index"].cast<int64_t>();
     options.partial_round = o["partial_round"].cast<std::string>();
     options.deterministic = o["deterministic"].cast<bool>();
+    if (o.contains("resume") && !o["resume"].is_none())
+      options.resume = o["resume"].cast<std::string>();
     options.no_worker_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(o["no_worker_timeout"].cast<double>() * 1000));
     const std::string spec_json = o["spec_json"].cast<std::string>();
@@ -355,6 +357,12 @@ class ServiceConsumer {
   }
 
   bool AdvanceEpoch() { return client_ != nullptr && client_->AdvanceEpoch(); }
+  // The consumer's checkpoint token (client/checkpoint.h).
+  std::string Checkpoint() const {
+    if (client_ == nullptr) throw std::runtime_error("the service consumer was closed");
+    return ValueOrRaise(client_->Checkpoint());
+  }
+  std::string Fingerprint() const { return client_ ? client_->fingerprint() : std::string(); }
   int64_t epoch() const { return client_ ? client_->epoch() : -1; }
   int64_t job_id() const { return client_ ? client_->job_id() : -1; }
 
@@ -637,6 +645,8 @@ PYBIND11_MODULE(_stoker, m) {
       .def(py::init<const py::dict&>(), py::arg("options"))
       .def("next", &ServiceConsumer::Next)
       .def("advance_epoch", &ServiceConsumer::AdvanceEpoch)
+      .def("checkpoint", &ServiceConsumer::Checkpoint)
+      .def_property_readonly("fingerprint", &ServiceConsumer::Fingerprint)
       .def("num_samples", &ServiceConsumer::NumSamples, py::arg("timeout") = 60.0)
       .def("close", &ServiceConsumer::Close)
       .def_property_readonly("epoch", &ServiceConsumer::epoch)

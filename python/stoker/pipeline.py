@@ -263,7 +263,8 @@ class DistributedPipeline:
     """A Pipeline served by the stoker service. Each iteration is the next epoch of one job
     (set_epoch(e) or iterator(epoch=e) picks one); the job stays the same from epoch to epoch, so
     workers move on to the next epoch without a pause. close() (or the end of the process) leaves
-    the job. state_dict() is not available through the service yet."""
+    the job. state_dict() / load_state_dict() checkpoint and resume through the service
+    (docs/protocol.md, "Checkpoint and resume")."""
 
     def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none",
                  num_consumers=None, consumer_index=None, partial_round="drop",
@@ -284,6 +285,7 @@ class DistributedPipeline:
         self._open_iterator = None  # the last iterator handed out, while unfinished
         self._exhausted_epoch = None  # the consumer's epoch, once an iterator delivered all of it
         self._next_epoch = 0
+        self._resume = None  # a state from load_state_dict, for the next consumer
 
     @property
     def spec(self):
@@ -306,6 +308,29 @@ class DistributedPipeline:
         """The epoch the next plain iteration delivers."""
         self._next_epoch = int(epoch)
 
+    def state_dict(self):
+        """Where this consumer stands in its job: every sample of the current epoch it delivered,
+        whatever split or worker it came from (the same shape as Iterator.state_dict()). Plain
+        data: save it with torch.save / json / pickle. Needs dynamic sharding and no
+        num_consumers."""
+        if self._consumer is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            raise RuntimeError("state_dict: this distributed pipeline has not been iterated yet")
+        return {"stoker_token": self._consumer.checkpoint(),
+                "fingerprint": self._consumer.fingerprint, "epoch": self._consumer.epoch}
+
+    def load_state_dict(self, state):
+        """The next iteration continues from `state` (from state_dict() of the same pipeline,
+        perhaps in another process and with another number of workers): it delivers exactly the
+        samples of that epoch not yet delivered (deterministic: in the same order), then the
+        following epochs."""
+        if not isinstance(state, dict) or "stoker_token" not in state:
+            raise ValueError("load_state_dict: not a state from DistributedPipeline.state_dict()")
+        self.close()
+        self._resume = dict(state)
+        self._next_epoch = int(state["epoch"])
+
     def _consumer_for(self, epoch, num_consumers, consumer_index, job_name):
         key = (num_consumers, consumer_index, job_name)
         c = self._consumer
@@ -320,9 +345,13 @@ class DistributedPipeline:
                     reusable = False
                     break
         if not reusable:
+            resume = self._resume
             self.close()
             epochs = self.num_epochs if self.num_epochs is not None else _OPEN_ENDED_EPOCHS
+            if resume is not None and int(resume["epoch"]) != int(epoch):
+                resume = None  # set_epoch moved elsewhere: start that epoch afresh
             c = _stoker.ServiceConsumer({
+                "resume": resume["stoker_token"] if resume is not None else None,
                 "dispatcher": self.dispatcher, "job_name": job_name,
                 "spec_json": self.pipeline.to_json(), "sharding": self.sharding,
                 "compression": self.compression, "num_epochs": int(epochs),
@@ -357,6 +386,7 @@ class DistributedPipeline:
     def close(self):
         """Leaves the job now (the dispatcher hands what this consumer did not finish to the
         others, or ends the job if it was the last consumer)."""
+        self._resume = None
         if self._consumer is not None:
             self._consumer.close()
         self._consumer = None
@@ -428,10 +458,16 @@ class ServiceIterator:
         self._owner.close()
 
     def state_dict(self):
-        raise NotImplementedError("state_dict through the service is not supported yet")
+        """The position after the last element returned (DistributedPipeline.state_dict())."""
+        return self._owner.state_dict()
 
     def load_state_dict(self, state):
-        raise NotImplementedError("load_state_dict through the service is not supported yet")
+        """Continues from `state`: the following elements are exactly those not yet delivered
+        when it was taken."""
+        self._owner.load_state_dict(state)
+        fresh = self._owner.iterator(epoch=int(state["epoch"]))
+        self._consumer, self._epoch, self._done = fresh._consumer, fresh._epoch, False
+        self._owner._open_iterator = self
 
 
 def _given(**params):

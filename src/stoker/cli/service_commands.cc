@@ -136,6 +136,8 @@ struct ConsumeOptions {
   double no_worker_timeout_s = 0;
   int64_t max_elements = -1;
   bool print_keys = false;
+  std::string checkpoint;        // resume from this file if it exists; write the token there
+  int64_t checkpoint_every = 0;  // elements between writes (0: only when interrupted or done)
   int http_port = -1;
   int heartbeat_ms = 200;
 };
@@ -146,6 +148,20 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Writes `token` to `path` atomically (a temporary file renamed over it, after fsync), so that a
+// consumer killed at any moment leaves the previous token or the new one, never a torn file.
+absl::Status WriteCheckpoint(const std::string& path, const std::string& token) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return absl::UnavailableError(StrCat("cannot write checkpoint ", tmp));
+  bool ok = std::fwrite(token.data(), 1, token.size(), f) == token.size() &&
+            std::fputc('\n', f) != EOF && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    return absl::UnavailableError(StrCat("cannot write checkpoint ", path, " (disk full?)"));
+  return absl::OkStatus();
 }
 
 double Seconds(Clock::time_point start) {
@@ -190,6 +206,10 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.no_worker_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.no_worker_timeout_s * 1000));
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
+  if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint)) {
+    ASSIGN_OR_RETURN(options.resume, ReadFile(o.checkpoint));
+    std::fprintf(stderr, "consume: resuming from checkpoint %s\n", o.checkpoint.c_str());
+  }
   auto start = Clock::now();
   // Open retries for up to its connect timeout: a signal meanwhile ends the process plainly.
   std::atomic<service::ServiceClient*> current{nullptr};
@@ -226,6 +246,15 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   int64_t elements = 0, samples = 0, epoch_elements = 0;
   double first_seconds = 0;  // job start-up: until the first element arrived
   absl::Status status;
+  // What was printed is on its way out before the token that says it was delivered.
+  auto checkpoint = [&]() -> absl::Status {
+    if (o.checkpoint.empty()) return absl::OkStatus();
+    std::fflush(stdout);
+    auto token = client->Checkpoint();
+    if (absl::IsUnavailable(token.status())) return absl::OkStatus();  // nothing delivered yet
+    if (!token.ok()) return token.status();
+    return WriteCheckpoint(o.checkpoint, *token);
+  };
   while (o.max_elements < 0 || elements < o.max_elements) {
     auto e = client->GetNext();
     if (!e.ok()) {
@@ -245,8 +274,14 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     samples += static_cast<int64_t>((*e)->keys.size());
     if (o.print_keys)
       for (const auto& k : (*e)->keys) std::fprintf(stdout, "%s\n", k.c_str());
+    if (o.checkpoint_every > 0 && elements % o.checkpoint_every == 0) {
+      status = checkpoint();
+      if (!status.ok()) break;
+    }
   }
   std::fflush(stdout);
+  // Interrupted, at --max-elements or at the end: the token says what was delivered.
+  if (absl::Status s = checkpoint(); !s.ok() && status.ok()) status = s;
   current = nullptr;
   double seconds = Seconds(start);
   auto stats = client->stats();
@@ -500,6 +535,13 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
   c->add_flag("--print-keys", consume_options.print_keys,
               "print the key of every delivered sample, one a line, in delivery order");
+  c->add_option("--checkpoint", consume_options.checkpoint,
+                "resume from this checkpoint file if it exists, and write the consumer's position "
+                "there when stopped (SIGINT/SIGTERM, --max-elements, the end) and every "
+                "--checkpoint-every elements");
+  c->add_option("--checkpoint-every", consume_options.checkpoint_every,
+                "write the checkpoint every N elements (default 0: only when stopping)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--http-port", consume_options.http_port, "serve GET /healthz on this port");
   c->add_option("--heartbeat-ms", consume_options.heartbeat_ms, "heartbeat interval (default 200)");
   c->callback([=] { *result = RunConsume(consume_options); });

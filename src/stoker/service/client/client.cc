@@ -12,6 +12,7 @@
 #include "stoker/data/pipeline.h"
 #include "stoker/data/random.h"
 #include "stoker/data/to_device.h"
+#include "stoker/service/client/checkpoint.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
 
@@ -88,22 +89,68 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     device_stage = *std::move(stage);
   }
   const nlohmann::json spec = split.device_op.is_null() ? full_spec : split.host_spec;
+  const std::string fingerprint = data::Pipeline::Fingerprint(spec);
+  int64_t first_epoch = options.first_epoch;
+  int64_t num_epochs = std::max<int64_t>(1, options.num_epochs);
+  std::optional<ServiceCheckpoint> token;
+  if (!options.resume.empty()) {
+    ASSIGN_OR_RETURN(token, ParseServiceCheckpoint(options.resume));
+    if (options.num_consumers > 0 || options.sharding != "dynamic")
+      return absl::FailedPreconditionError(
+          "resuming from a checkpoint needs dynamic sharding and no coordinated reads "
+          "(num_consumers) for now");
+    if (token->fingerprint != fingerprint)
+      return absl::InvalidArgumentError(
+          StrCat("the checkpoint belongs to another pipeline (fingerprint ", token->fingerprint,
+                 ", this spec's ", fingerprint,
+                 "): resume with the spec it was taken with (same ops, seed and batch size)"));
+    if (token->epoch < first_epoch || token->epoch >= first_epoch + num_epochs)
+      return absl::InvalidArgumentError(StrCat("the checkpoint is at epoch ", token->epoch,
+                                               ", outside the job's epochs ", first_epoch, " .. ",
+                                               first_epoch + num_epochs - 1));
+    num_epochs -= token->epoch - first_epoch;
+    first_epoch = token->epoch;
+  }
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
+  c->fingerprint_ = fingerprint;
   c->device_stage_ = std::move(device_stage);
   c->address_ = address;
-  c->epoch_ = options.first_epoch;
-  c->first_epoch_ = options.first_epoch;
-  c->num_epochs_ = std::max<int64_t>(1, options.num_epochs);
-  c->epochs_done_ = options.first_epoch;
+  c->epoch_ = first_epoch;
+  c->first_epoch_ = first_epoch;
+  c->num_epochs_ = num_epochs;
+  c->epochs_done_ = first_epoch;
   c->dispatcher_ = DispatcherService::NewStub(MakeChannel(address));
   GetOrCreateJobRequest req;
   req.set_spec_json(spec.dump());
-  req.set_fingerprint(data::Pipeline::Fingerprint(spec));
+  req.set_fingerprint(fingerprint);
   req.set_job_name(options.job_name);
   req.set_sharding(options.sharding);
   req.set_compression(options.compression);
-  req.set_num_epochs(options.num_epochs);
-  req.set_first_epoch(options.first_epoch);
+  req.set_num_epochs(num_epochs);
+  req.set_first_epoch(first_epoch);
+  if (token) {
+    // Only what the token's consumer had not delivered runs; its open splits are cut exactly as
+    // before, and this client drops the elements of them it had delivered.
+    req.set_num_samples(token->num_samples);
+    req.set_resuming(true);
+    for (const ServiceCheckpoint::Piece& p : token->Remaining()) {
+      ResumePiece* r = req.add_resume();
+      r->set_begin(p.begin);
+      r->set_end(p.end);
+      r->set_exact(p.exact);
+    }
+    absl::MutexLock lock(&c->mu_);
+    c->resume_epoch_ = token->epoch;
+    c->resume_samples_ = token->num_samples;
+    c->done_[token->epoch] = token->done;
+    for (const auto& o : token->open) {
+      std::set<int64_t>& seqs = c->resumed_open_[{o.begin, o.end}];
+      for (const auto& [a, b] : o.delivered)
+        for (int64_t q = a; q < b; ++q) seqs.insert(q);
+    }
+    c->epoch_elements_ = token->elements;
+    c->epoch_samples_ = token->samples;
+  }
   req.set_num_consumers(options.num_consumers);
   req.set_partial_round(options.partial_round);
   req.set_deterministic(options.deterministic && options.num_consumers == 0 &&
@@ -305,6 +352,12 @@ void ServiceClient::MaybeAck(int64_t split) {
     return;
   complete_.insert(split);
   splits_.erase(it);
+  if (auto place = places_.find(split); place != places_.end()) {
+    auto& done = done_[place->second.epoch];
+    done.emplace_back(place->second.begin, place->second.end);
+    done = MergeRanges(std::move(done));
+    places_.erase(place);
+  }
   to_ack_.push_back(split);
   ++stats_.splits;
 }
@@ -334,16 +387,30 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
   SplitProgress& p = splits_[d->split_id()];
   if (!p.sequences.insert(d->sequence()).second) return false;
   if (d->last()) p.last = d->sequence();
+  auto place = places_.find(d->split_id());
+  if (place == places_.end()) {
+    SplitPlace sp{d->epoch(), d->begin(), d->end(), {}};
+    if (d->epoch() == resume_epoch_) {
+      // A split the resumed token's consumer delivered in part, run again exactly.
+      if (auto r = resumed_open_.find({d->begin(), d->end()}); r != resumed_open_.end()) {
+        sp.delivered = std::move(r->second);
+        resumed_open_.erase(r);
+      }
+    }
+    place = places_.emplace(d->split_id(), std::move(sp)).first;
+  }
+  // Delivered before the checkpoint this client resumed from: only marks its place in order.
+  const bool empty = d->empty() || place->second.delivered.count(d->sequence()) > 0;
   // An epoch this consumer moved past (AdvanceEpoch) is discarded as it arrives. In order, the
   // expected pointer must still pass over it, so ordered clients keep it until its turn.
   const bool stale = d->epoch() < epoch_ && !ordered();
-  if (!d->empty() && !stale) ++p.undelivered;
-  if (!stale && (!d->empty() || ordered())) {
+  if (!empty && !stale) ++p.undelivered;
+  if (!stale && (!empty || ordered())) {
     Item item;
     item.epoch = d->epoch();
     item.last = d->last();
-    item.empty = d->empty();
-    item.payload = std::move(*d->mutable_payload());
+    item.empty = empty;
+    if (!empty) item.payload = std::move(*d->mutable_payload());
     ready_bytes_ += static_cast<int64_t>(item.payload.size());
     items_[{d->split_id(), d->sequence()}] = std::move(item);
   }
@@ -500,6 +567,8 @@ std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
       expected_ =
           item.last ? std::make_pair(split + 1, int64_t{0}) : std::make_pair(split, sequence + 1);
     if (item.empty) continue;
+    if (auto place = places_.find(split); place != places_.end())
+      place->second.delivered.insert(sequence);
     Delivered(split);
     if (item.epoch < epoch_) continue;  // an epoch the consumer moved past
     return item;
@@ -555,9 +624,14 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Du
     }
     blocked_ = false;
     ++stats_.elements;
+    ++epoch_elements_;
     stats_.bytes += static_cast<int64_t>(payload.size());
   }
   ASSIGN_OR_RETURN(data::Element e, DecodeElement(std::move(payload)));
+  {
+    absl::MutexLock lock(&mu_);
+    epoch_samples_ += static_cast<int64_t>(e.keys.size());
+  }
   return std::optional<data::Element>(std::move(e));
 }
 
@@ -565,6 +639,8 @@ bool ServiceClient::AdvanceEpoch() {
   absl::MutexLock lock(&mu_);
   if (epoch_ + 1 >= first_epoch_ + num_epochs_) return false;
   ++epoch_;
+  epoch_elements_ = 0;
+  epoch_samples_ = 0;
   if (!ordered()) {
     // What is held of earlier epochs is discarded, and acknowledged as delivered.
     for (auto it = items_.begin(); it != items_.end() && it->second.epoch < epoch_;) {
@@ -575,6 +651,49 @@ bool ServiceClient::AdvanceEpoch() {
     }
   }
   return true;
+}
+
+}  // namespace stoker::service
+
+namespace stoker::service {
+
+absl::StatusOr<std::string> ServiceClient::Checkpoint() const {
+  absl::MutexLock lock(&mu_);
+  if (options_.num_consumers > 0 || options_.sharding != "dynamic")
+    return absl::FailedPreconditionError(
+        "checkpoints through the service need dynamic sharding and no coordinated reads for now");
+  ServiceCheckpoint t;
+  t.fingerprint = fingerprint_;
+  t.epoch = epoch_;
+  t.num_samples = num_samples_ > 0 ? num_samples_ : resume_samples_;
+  if (t.num_samples <= 0)
+    return absl::UnavailableError(
+        StrCat("job ", job_id_,
+               ": no checkpoint yet: its size is not known before a worker "
+               "opened its data"));
+  if (auto it = done_.find(epoch_); it != done_.end()) t.done = it->second;
+  auto add_open = [&](int64_t begin, int64_t end, const std::set<int64_t>& delivered) {
+    ServiceCheckpoint::OpenSplit o{begin, end, {}};
+    for (int64_t q : delivered) {
+      if (!o.delivered.empty() && o.delivered.back().second == q)
+        ++o.delivered.back().second;
+      else
+        o.delivered.emplace_back(q, q + 1);
+    }
+    t.open.push_back(std::move(o));
+  };
+  for (const auto& [id, place] : places_)
+    if (place.epoch == epoch_ && !place.delivered.empty())
+      add_open(place.begin, place.end, place.delivered);
+  // Open splits of the token resumed from that this job has not sent yet.
+  if (epoch_ == resume_epoch_)
+    for (const auto& [range, delivered] : resumed_open_)
+      if (!delivered.empty()) add_open(range.first, range.second, delivered);
+  std::sort(t.open.begin(), t.open.end(),
+            [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  t.elements = epoch_elements_;
+  t.samples = epoch_samples_;
+  return t.ToJson();
 }
 
 }  // namespace stoker::service

@@ -59,6 +59,10 @@ struct ServiceClientOptions {
   // each element as it arrives (fastest first); a job shared by several consumers (job_name,
   // num_consumers 0) needs false.
   bool deterministic = true;
+  // A checkpoint token (Checkpoint(), client/checkpoint.h) to continue from: the job starts at
+  // its epoch and runs only what it had not delivered, on any number of workers. The spec must
+  // be the one it was taken with. Not for coordinated jobs yet.
+  std::string resume;
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
@@ -114,6 +118,14 @@ class ServiceClient {
   // Makes a waiting or later GetNext fail with Cancelled (thread-safe; e.g. from a signal thread).
   void Cancel();
 
+  // A checkpoint token of the current epoch: every position whose elements this consumer
+  // delivered (by GetNext), whatever split or worker they came from. Call it from the thread that
+  // calls GetNext, between calls. Resuming from it (options.resume) delivers exactly the rest,
+  // in the same order in deterministic mode. FailedPrecondition for coordinated jobs or sharding
+  // off; Unavailable while the job's size is not known yet (before the first element).
+  absl::StatusOr<std::string> Checkpoint() const;
+  const std::string& fingerprint() const { return fingerprint_; }
+
   int64_t job_id() const { return job_id_; }
   // Samples per epoch as a worker counted them (0 until known); WaitForJobInfo waits for it.
   int64_t num_samples() const;
@@ -139,6 +151,13 @@ class ServiceClient {
     std::set<int64_t> sequences;  // received
     int64_t last = -1;            // sequence of the last element, once seen
     int64_t undelivered = 0;      // received elements with a payload not yet delivered
+  };
+  // Where a split lies in its epoch, and which of its elements were delivered (for checkpoints).
+  struct SplitPlace {
+    int64_t epoch = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+    std::set<int64_t> delivered;  // sequence numbers
   };
   struct Item {
     std::string payload;
@@ -168,7 +187,8 @@ class ServiceClient {
   bool ordered() const { return options_.deterministic || options_.num_consumers > 0; }
 
   const ServiceClientOptions options_;
-  std::string address_;  // normalized
+  std::string address_;      // normalized
+  std::string fingerprint_;  // of the spec the workers run
   int64_t job_id_ = 0;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
@@ -206,6 +226,16 @@ class ServiceClient {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   ServiceClientStats stats_ ABSL_GUARDED_BY(mu_);
+  // Checkpoints: splits with elements here that are not complete, by id; positions of each epoch
+  // whose splits were delivered in full; the delivered sequences of the resumed token's open
+  // splits (by begin, end of its epoch), dropped when the new job runs them again.
+  std::map<int64_t, SplitPlace> places_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> done_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> resumed_open_ ABSL_GUARDED_BY(mu_);
+  int64_t resume_epoch_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t resume_samples_ ABSL_GUARDED_BY(mu_) = 0;  // num_samples in the resumed token
+  int64_t epoch_elements_ ABSL_GUARDED_BY(mu_) = 0;  // delivered in epoch_ (with the token's)
+  int64_t epoch_samples_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stoker::service

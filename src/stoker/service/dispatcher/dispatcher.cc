@@ -252,6 +252,24 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (partial_round != "drop" && partial_round != "pad")
     return absl::InvalidArgumentError(
         StrCat("unknown partial_round '", partial_round, "': use 'drop' or 'pad'"));
+  // A resumed checkpoint: the pieces of the first epoch left to run (checked here so that a bad
+  // request is an error for its sender, not a journal entry the state refuses).
+  nlohmann::json resume = nlohmann::json::array();
+  if (req.resuming()) {
+    if (sharding != "dynamic" || req.num_samples() <= 0)
+      return absl::InvalidArgumentError(
+          "resuming a checkpoint needs dynamic sharding and the token's num_samples");
+    int64_t last_end = 0;
+    for (const ResumePiece& p : req.resume()) {
+      if (p.begin() < last_end || p.end() <= p.begin() || p.end() > req.num_samples())
+        return absl::InvalidArgumentError(StrCat("resume piece [", p.begin(), ", ", p.end(),
+                                                 ") is not sorted, disjoint and "
+                                                 "within the epoch's ",
+                                                 req.num_samples(), " samples"));
+      last_end = p.end();
+      resume.push_back({p.begin(), p.end(), p.exact()});
+    }
+  }
   if (sharding == "off" && req.num_consumers() > 0)
     return absl::InvalidArgumentError(
         "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
@@ -272,6 +290,12 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
     differs("deterministic", std::string(job->deterministic ? "true" : "false"),
             std::string(req.deterministic() ? "true" : "false"));
     differs("first_epoch", job->first_epoch, req.first_epoch());
+    if (job->resumed || req.resuming()) {
+      nlohmann::json theirs = nlohmann::json::array();
+      for (const auto& p : job->resume) theirs.push_back({p.begin, p.end, p.exact});
+      differs("resume point", job->resumed ? theirs.dump() : std::string("none"),
+              req.resuming() ? resume.dump() : std::string("none"));
+    }
     if (!diff.empty())
       return absl::AlreadyExistsError(
           StrCat("job '", req.job_name(), "' (", *id, ") runs with a different ", diff,
@@ -284,18 +308,21 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                             {"fingerprint", req.fingerprint()},
                             {"spec", req.spec_json()}}));
   int64_t id = state_.next_job_id();
-  RETURN_IF_ERROR(Update({{"type", "create_job"},
-                          {"job_id", id},
-                          {"name", req.job_name()},
-                          {"fingerprint", req.fingerprint()},
-                          {"num_samples", req.num_samples()},
-                          {"sharding", sharding},
-                          {"compression", CompressionName(compression)},
-                          {"num_epochs", num_epochs},
-                          {"first_epoch", req.first_epoch()},
-                          {"num_consumers", req.num_consumers()},
-                          {"partial_round", partial_round},
-                          {"deterministic", req.deterministic()}}));
+  nlohmann::json create = {{"type", "create_job"},
+                           {"job_id", id},
+                           {"name", req.job_name()},
+                           {"fingerprint", req.fingerprint()},
+                           {"num_samples", req.num_samples()},
+                           {"sharding", sharding},
+                           {"compression", CompressionName(compression)},
+                           {"num_epochs", num_epochs},
+                           {"first_epoch", req.first_epoch()},
+                           {"num_consumers", req.num_consumers()},
+                           {"partial_round", partial_round},
+                           {"deterministic", req.deterministic()}};
+  // Journaled with the job: replayed, it resumes at the same point.
+  if (req.resuming()) create["resume"] = std::move(resume);
+  RETURN_IF_ERROR(Update(create));
   job_unconsumed_since_[id] = Clock::now();
   SPDLOG_INFO("dispatcher: job {}{} created (sharding {}, epochs {} from {}{})", id,
               req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), sharding, num_epochs,
@@ -463,6 +490,8 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
     int64_t begin = job->next_sample;
     int64_t epoch_end = (begin / job->num_samples + 1) * job->num_samples;  // never two epochs
     int64_t end = std::min(epoch_end, begin + n);
+    if (const auto* piece = job->PieceAt(begin))  // a resumed job: within its pieces
+      end = piece->exact ? piece->end : std::min(end, piece->end);
     int64_t split_id = state_.next_split_id(job->id);
     RETURN_IF_ERROR(Update({{"type", "create_split"},
                             {"job_id", job->id},

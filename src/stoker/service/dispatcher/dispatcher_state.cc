@@ -35,6 +35,20 @@ int64_t DispatcherState::Job::epochs_done() const {
   return first_epoch + complete / num_samples;
 }
 
+int64_t DispatcherState::Job::SkipGaps(int64_t p) const {
+  if (!resumed || p >= num_samples) return p;
+  for (const ResumePiece& piece : resume)
+    if (p < piece.end) return std::max(p, piece.begin);
+  return num_samples;  // the rest of the first epoch was delivered before
+}
+
+const DispatcherState::ResumePiece* DispatcherState::Job::PieceAt(int64_t p) const {
+  if (!resumed || p >= num_samples) return nullptr;
+  for (const ResumePiece& piece : resume)
+    if (p >= piece.begin && p < piece.end) return &piece;
+  return nullptr;
+}
+
 int64_t DispatcherState::next_split_id(int64_t job_id) const {
   const Job* job = FindJob(job_id);
   return job == nullptr || job->splits.empty() ? 0 : job->splits.rbegin()->first + 1;
@@ -180,6 +194,25 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (!datasets_.count(job.fingerprint)) return Malformed(u, "its dataset is not registered");
       if (job.sharding != "dynamic" && job.sharding != "off")
         return Malformed(u, "sharding is neither 'dynamic' nor 'off'");
+      if (u.contains("resume")) {
+        const nlohmann::json& r = u["resume"];
+        if (!r.is_array()) return Malformed(u, "'resume' is not an array");
+        if (job.sharding != "dynamic" || job.num_samples <= 0)
+          return Malformed(u, "'resume' needs dynamic sharding and num_samples");
+        int64_t last_end = 0;
+        for (const nlohmann::json& p : r) {
+          if (!p.is_array() || p.size() != 3 || !p[0].is_number_integer() ||
+              !p[1].is_number_integer() || !p[2].is_boolean())
+            return Malformed(u, "a 'resume' piece is not [begin, end, exact]");
+          ResumePiece piece{p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<bool>()};
+          if (piece.begin < last_end || piece.end <= piece.begin || piece.end > job.num_samples)
+            return Malformed(u, "'resume' pieces must be sorted, disjoint, within the epoch");
+          last_end = piece.end;
+          job.resume.push_back(piece);
+        }
+        job.resumed = true;
+        job.next_sample = job.SkipGaps(0);
+      }
       last_job_id_ = std::max(last_job_id_, job.id);
       jobs_[job.id] = std::move(job);
       return absl::OkStatus();
@@ -266,8 +299,12 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (job->num_samples <= 0) return Malformed(u, "the job's size is not known yet");
       if (s.begin / job->num_samples != (s.end - 1) / job->num_samples)
         return Malformed(u, "the split spans two epochs");
+      if (const ResumePiece* piece = job->PieceAt(s.begin);
+          piece != nullptr && (s.end > piece->end ||
+                               (piece->exact && (s.begin != piece->begin || s.end != piece->end))))
+        return Malformed(u, "the split does not follow the job's resume pieces");
       if (job->splits.count(split_id)) return Malformed(u, "the split exists already");
-      job->next_sample = s.end;
+      job->next_sample = job->SkipGaps(s.end);
       job->last_lease[s.worker_id] = split_id;
       job->splits[split_id] = s;
       return absl::OkStatus();

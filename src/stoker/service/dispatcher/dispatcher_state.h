@@ -5,8 +5,11 @@
 // Updates are JSON objects with a "type":
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
 //   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs,
-//               first_epoch, num_consumers, partial_round, deterministic}
-//                                                    num_samples 0: a worker measures it
+//               first_epoch, num_consumers, partial_round, deterministic, resume?}
+//                                                    num_samples 0: a worker measures it;
+//                                                    resume [[begin, end, exact], ...]: only
+//                                                    these positions of the first epoch run
+//                                                    (a resumed checkpoint; needs num_samples)
 //   set_job_size {job_id, num_samples}               a worker's count of an unknown size
 //   register_worker {worker_id, address}
 //   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
@@ -54,6 +57,13 @@ class DispatcherState {
     bool done = false;           // acknowledged by the consumer (coordinated: by every consumer)
     std::set<int64_t> acked_by;  // coordinated: consumer indices that acknowledged it
   };
+  // Positions [begin, end) of a resumed job's first epoch still to run; an exact piece is run as
+  // one split of exactly these positions.
+  struct ResumePiece {
+    int64_t begin = 0;
+    int64_t end = 0;
+    bool exact = false;
+  };
   struct Job {
     int64_t id = 0;
     std::string name;  // empty: anonymous
@@ -77,6 +87,14 @@ class DispatcherState {
     // those before next_sample have been handed out.
     int64_t next_sample = 0;
     int64_t positions() const { return num_samples * num_epochs; }
+    // A resumed job: the pieces of its first epoch that run (sorted, disjoint); positions of
+    // that epoch outside them are skipped.
+    bool resumed = false;
+    std::vector<ResumePiece> resume;
+    // The first position at or after p that runs (positions() if none).
+    int64_t SkipGaps(int64_t p) const;
+    // The resume piece holding position p, or null (not resumed, or p past the first epoch).
+    const ResumePiece* PieceAt(int64_t p) const;
     std::map<int64_t, SplitInfo> splits;
     std::deque<int64_t> pending;  // splits whose lease holder was lost, to lease again
     int64_t done_splits = 0;

@@ -188,5 +188,62 @@ TEST(DispatcherState, CoordinatedSplitsNeedEveryConsumer) {
   EXPECT_TRUE(s.JobFinished(*s.FindJob(1)));
 }
 
+TEST(DispatcherState, AResumedJobRunsOnlyItsPieces) {
+  DispatcherState s;
+  ASSERT_TRUE(s.Apply({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}}).ok());
+  ASSERT_TRUE(s.Apply({{"type", "register_worker"}, {"worker_id", 1}, {"address", "a:1"}}).ok());
+  // Epoch 0 of 20 samples: [0, 4) and [10, 12) delivered, [4, 10) open, so [4, 10) runs exactly,
+  // then [12, 20); epoch 1 runs whole.
+  ASSERT_TRUE(s.Apply({{"type", "create_job"},
+                       {"job_id", 1},
+                       {"fingerprint", "f"},
+                       {"num_samples", 20},
+                       {"num_epochs", 2},
+                       {"resume", {{4, 10, true}, {12, 20, false}}}})
+                  .ok());
+  const auto* job = s.FindJob(1);
+  EXPECT_EQ(job->next_sample, 4);
+  auto split = [&](int64_t id, int64_t begin, int64_t end) {
+    return s.Apply({{"type", "create_split"},
+                    {"job_id", 1},
+                    {"split_id", id},
+                    {"begin", begin},
+                    {"end", end},
+                    {"worker_id", 1}});
+  };
+  EXPECT_FALSE(split(0, 4, 8).ok());   // an exact piece is one split
+  EXPECT_FALSE(split(0, 4, 14).ok());  // a split stays within its piece
+  ASSERT_TRUE(split(0, 4, 10).ok());
+  EXPECT_EQ(job->next_sample, 12);  // [10, 12) was delivered
+  ASSERT_TRUE(split(1, 12, 20).ok());
+  EXPECT_EQ(job->next_sample, 20);
+  ASSERT_TRUE(s.Apply({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0, 1}}}).ok());
+  EXPECT_EQ(job->epochs_done(), 1);
+  ASSERT_TRUE(split(2, 20, 40).ok());
+  ASSERT_TRUE(s.Apply({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {2}}}).ok());
+  EXPECT_TRUE(s.JobFinished(*job));
+  // Pieces out of order, or without the epoch's size, are refused.
+  EXPECT_FALSE(s.Apply({{"type", "create_job"},
+                        {"job_id", 2},
+                        {"fingerprint", "f"},
+                        {"num_samples", 20},
+                        {"resume", {{4, 10, true}, {8, 12, false}}}})
+                   .ok());
+  EXPECT_FALSE(s.Apply({{"type", "create_job"},
+                        {"job_id", 2},
+                        {"fingerprint", "f"},
+                        {"num_samples", 0},
+                        {"resume", json::array()}})
+                   .ok());
+  // Everything delivered: the job is finished at once.
+  ASSERT_TRUE(s.Apply({{"type", "create_job"},
+                       {"job_id", 3},
+                       {"fingerprint", "f"},
+                       {"num_samples", 20},
+                       {"resume", json::array()}})
+                  .ok());
+  EXPECT_TRUE(s.JobFinished(*s.FindJob(3)));
+}
+
 }  // namespace
 }  // namespace stoker::service

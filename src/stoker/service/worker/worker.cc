@@ -415,6 +415,8 @@ bool Worker::PushRounds(Task* task, const GetSplitResponse& split,
       ElementData d;
       d.set_split_id(split.split_id());
       d.set_epoch(split.epoch());
+      d.set_begin(split.begin());
+      d.set_end(split.end());
       d.set_last(true);
       d.set_empty(true);
       if (!Push(task, std::move(d), EncodedElement(), consumer)) return false;
@@ -425,6 +427,8 @@ bool Worker::PushRounds(Task* task, const GetSplitResponse& split,
       ElementData d;
       d.set_split_id(split.split_id());
       d.set_epoch(split.epoch());
+      d.set_begin(split.begin());
+      d.set_end(split.end());
       d.set_sequence(static_cast<int64_t>(r));
       d.set_last(r + 1 == rounds.size());
       if (!Push(task, std::move(d), elements[rounds[r][consumer]].first, consumer)) return false;
@@ -496,6 +500,8 @@ absl::Status Worker::RunDynamic(Task* task) {
       d.set_last(last);
       d.set_empty(e == nullptr);
       d.set_epoch(resp.epoch());
+      d.set_begin(resp.begin());
+      d.set_end(resp.end());
       return Push(task, std::move(d),
                   e == nullptr ? EncodedElement() : EncodeElementPieces(*e, task->compression));
     };
