@@ -48,6 +48,10 @@ class IndexedSource {
   // The default reads synchronously inside Wait() (right for in-memory sources).
   virtual std::unique_ptr<PendingRead> StartRead(std::vector<int64_t> indices,
                                                  ThreadPool* pool) const;
+  // A source whose samples change from epoch to epoch (a weighted mix, mix_source.h): the sample
+  // index to read at each of the size() positions of `epoch`, before any shuffle. Empty (the
+  // default): position i reads sample i.
+  virtual std::vector<int64_t> EpochIndices(int64_t epoch) const { return {}; }
 };
 
 class ElementStream {

@@ -12,6 +12,7 @@
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/data/mix_source.h"
 #include "stoker/data/op_registry.h"
 #include "stoker/data/ops.h"
 #include "stoker/data/source.h"
@@ -111,6 +112,7 @@ struct PipelineBuilder {
           "\"tfrecord\", \"tar\", \"range\", \"memory\"");
     }
     ParamReader p(spec["source"], "$.source", "the source");
+    if (p.Has("mix")) return ParseMix(spec["source"]);
     int kinds = 0;
     for (const char* k : {"dataset", "tfrecord", "tar", "range", "memory"}) kinds += p.Has(k);
     if (kinds != 1 && spec["source"].is_object()) {
@@ -164,6 +166,63 @@ struct PipelineBuilder {
       stream = *opened;
     }
     return p.Finish();
+  }
+
+  // {"mix": [{SOURCE, "weight" | "repeat" | "choose": ...}, ...], "epoch_size": N,
+  // "stratified": bool}: a weighted mix of indexed sources (mix_source.h).
+  absl::Status ParseMix(const json& source) {
+    ParamReader p(source, "$.source", "the source");
+    const json* mix = p.Raw("mix");
+    std::optional<int64_t> epoch_size;
+    if (p.Has("epoch_size")) epoch_size = p.Int("epoch_size", std::nullopt, 1, int64_t{1} << 50);
+    const bool stratified = p.Bool("stratified", false);
+    RETURN_IF_ERROR(p.Finish());
+    if (mix == nullptr || !mix->is_array() || mix->empty())
+      return absl::InvalidArgumentError(
+          "$.source.mix: expected an array of streams, e.g. [{\"dataset\": URL, \"weight\": "
+          "0.7}, {\"dataset\": URL, \"weight\": 0.3}]");
+    std::vector<MixStream> streams;
+    for (size_t i = 0; i < mix->size(); ++i) {
+      const std::string at = IndexPath("$.source.mix", i);
+      const json& entry = (*mix)[i];
+      if (!entry.is_object())
+        return absl::InvalidArgumentError(StrCat(at,
+                                                 ": expected an object {SOURCE, \"weight\": "
+                                                 "w} (or \"repeat\": r, \"choose\": n)"));
+      const int given =
+          entry.contains("weight") + entry.contains("repeat") + entry.contains("choose");
+      if (given != 1)
+        return absl::InvalidArgumentError(StrCat(
+            at, ": give exactly one of \"weight\", \"repeat\" or \"choose\" (got ", given, ")"));
+      MixStream stream;
+      json quota = json::object(), inner = entry;
+      for (const char* k : {"weight", "repeat", "choose"}) {
+        if (entry.contains(k)) quota[k] = entry[k];
+        inner.erase(k);
+      }
+      ParamReader e(quota, at, "a mix stream");
+      if (quota.contains("weight")) stream.weight = e.Number("weight");
+      if (quota.contains("repeat")) stream.repeat = e.Number("repeat");
+      if (quota.contains("choose")) stream.choose = e.Int("choose", std::nullopt, 0);
+      RETURN_IF_ERROR(e.Finish());
+      if (inner.contains("mix"))
+        return absl::InvalidArgumentError(StrCat(at, ": a mix cannot hold another mix"));
+      PipelineBuilder sub;
+      sub.memory_budget_bytes = memory_budget_bytes;
+      absl::Status s = sub.ParseSource(json{{"source", inner}});
+      if (!s.ok()) return Annotate(s, at);
+      if (!sub.indexed)
+        return absl::InvalidArgumentError(
+            StrCat(at, ": a mix needs indexed sources (dataset, range, memory), not a stream"));
+      stream.source = sub.indexed;
+      streams.push_back(std::move(stream));
+    }
+    MixOptions options;
+    options.epoch_size = epoch_size;
+    options.stratified = stratified;
+    options.seed = seed;
+    ASSIGN_OR_RETURN(indexed, MixSource::Create(std::move(streams), options));
+    return absl::OkStatus();
   }
 
   void MaterializeSource(std::optional<uint64_t> shuffle_seed, bool reshuffle) {

@@ -57,6 +57,15 @@ class IndexedSourceIterator : public Iterator {
         std::swap(order_[i], order_[rng.Below(static_cast<uint64_t>(i) + 1)]);
       }
     }
+    // A source whose samples depend on the epoch (a mix): positions map to its epoch's samples.
+    std::vector<int64_t> epoch_indices = node.source_->EpochIndices(ctx.epoch);
+    if (!epoch_indices.empty()) {
+      if (order_.empty()) {
+        order_ = std::move(epoch_indices);
+      } else {
+        for (int64_t& i : order_) i = epoch_indices[static_cast<size_t>(i)];
+      }
+    }
     read_ahead_ = node.read_ahead_ > 0 ? node.read_ahead_ : 2;
     stats_->parallelism = read_ahead_;
   }
