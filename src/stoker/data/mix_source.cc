@@ -14,6 +14,7 @@ namespace {
 constexpr uint64_t kRemainderSalt = 0x6d69782d72656dULL;  // which streams get the remainder
 constexpr uint64_t kDrawSalt = 0x6d69782d647277ULL;       // a stream's samples
 constexpr uint64_t kOrderSalt = 0x6d69782d6f7264ULL;      // the epoch's order
+constexpr int64_t kMaxSamples = int64_t{1} << 50;
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<MixSource>> MixSource::Create(std::vector<MixStream> streams,
@@ -29,6 +30,9 @@ absl::StatusOr<std::shared_ptr<MixSource>> MixSource::Create(std::vector<MixStre
     const std::string at = StrCat("$.source.mix[", k, "]");
     const int64_t size = s.source->size();
     if (size <= 0) return absl::InvalidArgumentError(StrCat(at, ": the stream has no sample"));
+    if (size > kMaxSamples)
+      return absl::InvalidArgumentError(
+          StrCat(at, ": ", size, " samples is more than a mix takes (2^50)"));
     int64_t fixed = 0;
     if (s.weight) {
       if (!(*s.weight > 0) || !std::isfinite(*s.weight))
@@ -38,7 +42,10 @@ absl::StatusOr<std::shared_ptr<MixSource>> MixSource::Create(std::vector<MixStre
     } else if (s.repeat) {
       if (!(*s.repeat > 0) || *s.repeat > 1e6)
         return absl::InvalidArgumentError(StrCat(at, ".repeat: must be in (0, 1e6]"));
-      fixed = static_cast<int64_t>(std::floor(*s.repeat * static_cast<double>(size)));
+      const double count = std::floor(*s.repeat * static_cast<double>(size));
+      if (count > static_cast<double>(kMaxSamples))
+        return absl::InvalidArgumentError(StrCat(at, ".repeat: more than 2^50 samples an epoch"));
+      fixed = static_cast<int64_t>(count);
     } else if (s.choose) {
       if (*s.choose < 0 || *s.choose > (int64_t{1} << 40))
         return absl::InvalidArgumentError(StrCat(at, ".choose: must be 0 .. 2^40"));
@@ -53,6 +60,8 @@ absl::StatusOr<std::shared_ptr<MixSource>> MixSource::Create(std::vector<MixStre
     fixed_total += fixed;
   }
   const int64_t epoch_size = options.epoch_size.value_or(fixed_total + weighted_size);
+  if (epoch_size > kMaxSamples || fixed_total > kMaxSamples)
+    return absl::InvalidArgumentError("$.source.mix: more than 2^50 samples an epoch");
   const int64_t weighted = epoch_size - fixed_total;
   if (weighted < 0)
     return absl::InvalidArgumentError(StrCat("$.source.epoch_size: ", epoch_size,
