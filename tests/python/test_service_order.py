@@ -240,3 +240,26 @@ def test_python_state_dict_resumes_on_another_worker_count(many_shards, stoker_b
         wrong.load_state_dict(state)
         with pytest.raises(ValueError, match="another pipeline"):
             next(iter(wrong))
+
+
+def test_mix_through_the_service_keeps_quotas_order_and_resumes(shards, stoker_bin, tmp_path):
+    # A range (numeric keys) and the JPEG dataset (other keys), 60% / 40% of 500 samples an epoch.
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"seed": 5, "source": {
+        "mix": [{"range": 300, "weight": 0.6}, {"dataset": shards, "weight": 0.4}],
+        "epoch_size": 500}}))
+    expected, _ = run_keys([stoker_bin, "run", str(spec), "--print-keys"])
+    assert len(expected) == 500
+    assert sum(k.isdigit() for k in expected) == 300
+    ck = str(tmp_path / "ck.json")
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        wait_for_workers(cluster, 2)
+        first, _ = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                             "--print-keys", "--max-elements", "123", "--checkpoint", ck])
+        cluster.workers[1].send_signal(signal.SIGKILL)  # resumed on one worker
+        rest, err = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                              "--print-keys", "--checkpoint", ck])
+    assert "resuming from checkpoint" in err
+    assert first + rest == expected
