@@ -4,6 +4,7 @@ killed with SIGKILL mid-epoch, and the same as in-process (`stoker run`, Pipelin
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -238,7 +239,8 @@ def test_python_state_dict_resumes_on_another_worker_count(many_shards, stoker_b
         other = stoker.Pipeline.from_spec(dict(slow_image_spec(many_shards), seed=12))
         wrong = other.distribute(dispatcher=cluster.address)
         wrong.load_state_dict(state)
-        with pytest.raises(ValueError, match="another pipeline"):
+        with pytest.raises(ValueError, match=r"another pipeline: \$\.seed is 11 in the checkpoint, "
+                                             r"12 in this spec"):
             next(iter(wrong))
 
 
@@ -258,6 +260,16 @@ def test_mix_through_the_service_keeps_quotas_order_and_resumes(shards, stoker_b
         wait_for_workers(cluster, 2)
         first, _ = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
                              "--print-keys", "--max-elements", "123", "--checkpoint", ck])
+        # Another mix is another pipeline: its token is refused, naming the difference.
+        changed = tmp_path / "changed.json"
+        changed.write_text(spec.read_text().replace('"weight": 0.6', '"weight": 0.5'))
+        shutil.copy(ck, str(tmp_path / "ck2.json"))
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(changed),
+                            "--checkpoint", str(tmp_path / "ck2.json")],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0
+        assert "$.source.mix[0].weight is 0.6 in the checkpoint, 0.5 in this spec" in r.stderr, \
+            r.stderr
         cluster.workers[1].send_signal(signal.SIGKILL)  # resumed on one worker
         rest, err = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
                               "--print-keys", "--checkpoint", ck])

@@ -53,6 +53,50 @@ absl::StatusOr<std::vector<ServiceCheckpoint::Range>> Ranges(const json& j,
 }
 }  // namespace
 
+namespace {
+std::string Short(const json& v) {
+  std::string s = v.is_null() ? "absent" : v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+std::string FirstDifference(const json& a, const json& b, const std::string& path) {
+  if (a == b) return "";
+  if (a.is_object() && b.is_object()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : a.items()) keys.push_back(k);
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    for (const std::string& k : keys) {
+      std::string d = FirstDifference(a.value(k, json()), b.value(k, json()), StrCat(path, ".", k));
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
+  if (a.is_array() && b.is_array()) {
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      std::string d = FirstDifference(i < a.size() ? a[i] : json(), i < b.size() ? b[i] : json(),
+                                      StrCat(path, "[", i, "]"));
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
+  return StrCat(path, " is ", Short(a), " in the checkpoint, ", Short(b), " in this spec");
+}
+
+json Canonical(json spec) {
+  if (spec.is_object()) {
+    spec.erase("threads");
+    if (spec.contains("source") && spec["source"].is_object()) spec["source"].erase("read_ahead");
+  }
+  return spec;
+}
+}  // namespace
+
+std::string DescribeSpecDifference(const json& checkpoint, const json& now) {
+  return FirstDifference(Canonical(checkpoint), Canonical(now), "$");
+}
+
 std::vector<ServiceCheckpoint::Range> MergeRanges(std::vector<ServiceCheckpoint::Range> ranges) {
   std::sort(ranges.begin(), ranges.end());
   std::vector<ServiceCheckpoint::Range> out;
@@ -71,6 +115,7 @@ std::string ServiceCheckpoint::ToJson() const {
             {"num_samples", num_samples}, {"done", json::array()},
             {"open", json::array()},      {"elements", elements},
             {"samples", samples}};
+  if (!spec.is_null()) j["spec"] = spec;
   for (const auto& [a, b] : done) j["done"].push_back({a, b});
   for (const OpenSplit& s : open) {
     json d = json::array();
@@ -115,6 +160,10 @@ absl::StatusOr<ServiceCheckpoint> ParseServiceCheckpoint(std::string_view token)
   ASSIGN_OR_RETURN(c.num_samples, Int(j, "num_samples", 1, kMaxPosition));
   ASSIGN_OR_RETURN(c.elements, Int(j, "elements", 0, kMaxPosition));
   ASSIGN_OR_RETURN(c.samples, Int(j, "samples", 0, kMaxPosition));
+  if (auto spec = j.find("spec"); spec != j.end()) {
+    if (!spec->is_object()) return Bad("$.spec", "not a JSON object");
+    c.spec = *spec;
+  }
   if (!j.contains("done")) return Bad("$.done", "missing");
   ASSIGN_OR_RETURN(c.done, Ranges(j["done"], "$.done", 0, c.num_samples));
   auto open = j.find("open");

@@ -5,17 +5,19 @@
 //   {"format": "stoker-service-checkpoint", "version": 1, "fingerprint": F, "epoch": E,
 //    "num_samples": N, "done": [[b, e], ...],
 //    "open": [{"begin": b, "end": e, "delivered": [[s, t], ...]}, ...],
-//    "elements": K, "samples": S}
+//    "elements": K, "samples": S, "spec": {...}}
 //
 // Positions are those of epoch E's sample order (0 .. N - 1). `done`: positions whose elements
 // were all delivered (sorted, disjoint). `open`: splits delivered in part: positions [b, e) run as
 // one split, of which the elements with sequence numbers in the ranges [s, t) were delivered.
 // `elements` / `samples`: how many elements / samples of epoch E were delivered (informational).
+// `spec`: the pipeline spec, so that a token refused for another spec can name the difference.
 //
 // Thread safety: plain values.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,6 +48,7 @@ struct ServiceCheckpoint {
   std::vector<OpenSplit> open;
   int64_t elements = 0;
   int64_t samples = 0;
+  nlohmann::json spec;  // null when absent
 
   std::string ToJson() const;
   // What is left of the epoch, in position order: the gaps between `done` and `open` (cut freely
@@ -55,6 +58,11 @@ struct ServiceCheckpoint {
 
 // Parses and checks a token: an error names the field and what is wrong with it.
 absl::StatusOr<ServiceCheckpoint> ParseServiceCheckpoint(std::string_view token);
+
+// The first difference between two specs, as a JSON path and both values, e.g.
+// "$.source.mix[1].weight is 0.3 in the checkpoint, 0.4 in this spec"; keys the fingerprint
+// ignores (threads, source.read_ahead) are left out. Empty if they do not differ.
+std::string DescribeSpecDifference(const nlohmann::json& checkpoint, const nlohmann::json& now);
 
 // Sorted, disjoint, merged ranges from any ranges.
 std::vector<ServiceCheckpoint::Range> MergeRanges(std::vector<ServiceCheckpoint::Range> ranges);

@@ -47,6 +47,32 @@ TEST(ServiceCheckpoint, ErrorsNameTheField) {
             std::string::npos);
 }
 
+TEST(ServiceCheckpoint, SpecDifferenceNamesThePath) {
+  using nlohmann::json;
+  json then = {
+      {"seed", 1},
+      {"threads", 2},
+      {"source", {{"mix", {{{"range", 5}, {"weight", 0.3}}, {{"range", 6}, {"weight", 0.7}}}}}}};
+  json now = then;
+  now["threads"] = 8;  // not part of the fingerprint
+  EXPECT_EQ(DescribeSpecDifference(then, now), "");
+  now["source"]["mix"][1]["weight"] = 0.5;
+  EXPECT_EQ(DescribeSpecDifference(then, now),
+            "$.source.mix[1].weight is 0.7 in the checkpoint, 0.5 in this spec");
+  now = then;
+  now["ops"] = json::array({{{"op", "batch"}, {"size", 4}}});
+  EXPECT_EQ(DescribeSpecDifference(then, now),
+            "$.ops is absent in the checkpoint, [{\"op\":\"batch\",\"size\":4}] in this spec");
+  // The spec travels in the token.
+  ServiceCheckpoint c;
+  c.fingerprint = "f";
+  c.num_samples = 3;
+  c.spec = then;
+  auto parsed = ParseServiceCheckpoint(c.ToJson());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->spec, then);
+}
+
 TEST(ServiceCheckpoint, MergeRanges) {
   auto m = MergeRanges({{5, 8}, {0, 2}, {2, 4}, {7, 9}});
   ASSERT_EQ(m.size(), 2u);

@@ -99,11 +99,15 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
       return absl::FailedPreconditionError(
           "resuming from a checkpoint needs dynamic sharding and no coordinated reads "
           "(num_consumers) for now");
-    if (token->fingerprint != fingerprint)
+    if (token->fingerprint != fingerprint) {
+      const std::string diff =
+          token->spec.is_null() ? std::string() : DescribeSpecDifference(token->spec, spec);
       return absl::InvalidArgumentError(
-          StrCat("the checkpoint belongs to another pipeline (fingerprint ", token->fingerprint,
-                 ", this spec's ", fingerprint,
-                 "): resume with the spec it was taken with (same ops, seed and batch size)"));
+          StrCat("the checkpoint belongs to another pipeline", diff.empty() ? "" : ": ", diff,
+                 " (fingerprint ", token->fingerprint, ", this spec's ", fingerprint,
+                 "); resume with the spec it was taken with (same source, mix, ops, seed and batch "
+                 "size), or start afresh without the checkpoint"));
+    }
     if (token->epoch < first_epoch || token->epoch >= first_epoch + num_epochs)
       return absl::InvalidArgumentError(StrCat("the checkpoint is at epoch ", token->epoch,
                                                ", outside the job's epochs ", first_epoch, " .. ",
@@ -113,6 +117,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   }
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->fingerprint_ = fingerprint;
+  c->spec_ = spec;
   c->device_stage_ = std::move(device_stage);
   c->address_ = address;
   c->epoch_ = first_epoch;
@@ -664,6 +669,7 @@ absl::StatusOr<std::string> ServiceClient::Checkpoint() const {
         "checkpoints through the service need dynamic sharding and no coordinated reads for now");
   ServiceCheckpoint t;
   t.fingerprint = fingerprint_;
+  t.spec = spec_;
   t.epoch = epoch_;
   t.num_samples = num_samples_ > 0 ? num_samples_ : resume_samples_;
   if (t.num_samples <= 0)

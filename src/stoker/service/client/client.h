@@ -189,6 +189,7 @@ class ServiceClient {
   const ServiceClientOptions options_;
   std::string address_;      // normalized
   std::string fingerprint_;  // of the spec the workers run
+  nlohmann::json spec_;      // the spec the workers run
   int64_t job_id_ = 0;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
