@@ -358,9 +358,14 @@ class ServiceConsumer {
 
   bool AdvanceEpoch() { return client_ != nullptr && client_->AdvanceEpoch(); }
   // The consumer's checkpoint token (client/checkpoint.h).
-  std::string Checkpoint() const {
+  std::string Checkpoint() {
     if (client_ == nullptr) throw std::runtime_error("the service consumer was closed");
-    return ValueOrRaise(client_->Checkpoint());
+    absl::StatusOr<std::string> token;
+    {
+      py::gil_scoped_release release;  // may wait for a heartbeat
+      token = client_->Checkpoint();
+    }
+    return ValueOrRaise(std::move(token));
   }
   std::string Fingerprint() const { return client_ ? client_->fingerprint() : std::string(); }
   int64_t epoch() const { return client_ ? client_->epoch() : -1; }

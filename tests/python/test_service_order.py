@@ -159,7 +159,8 @@ def read_token(path):
 def set_workers(cluster, live, wanted):
     """Adds workers or kills some (SIGKILL) so that `wanted` are alive."""
     while len(live) < wanted:
-        live.append(cluster.add_worker())
+        # A short drain: at the end, the jobs of killed consumers are not waited for.
+        live.append(cluster.add_worker("--drain-timeout-ms", "300"))
     while len(live) > wanted:
         live.pop().send_signal(signal.SIGKILL)
 
@@ -169,7 +170,7 @@ def test_consumer_killed_at_random_points_resumes_on_other_worker_counts(stoker_
                                                                           ordered):
     import random
     rng = random.Random(1234 if ordered else 4321)
-    n = 24000
+    n = 12000
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"source": {"range": n},
                                 "ops": [{"op": "shuffle", "seed": 9}, {"op": "batch", "size": 4}]}))
@@ -177,7 +178,9 @@ def test_consumer_killed_at_random_points_resumes_on_other_worker_counts(stoker_
     ck = str(tmp_path / "ck.json")
     mode = [] if ordered else ["--no-deterministic"]
     delivered = []  # what each run delivered, as far as its last token says
-    with Cluster(stoker_bin, tmp_path / "c", worker_timeout_ms=1000) as cluster:
+    # Short timeouts: the jobs of killed consumers end soon, so workers stop promptly at the end.
+    with Cluster(stoker_bin, tmp_path / "c", worker_timeout_ms=1000,
+                 client_timeout_ms=1000) as cluster:
         live = []
         # Five consumers killed with SIGKILL at random points, each on another number of workers,
         # then one that runs to the end.
@@ -275,3 +278,35 @@ def test_mix_through_the_service_keeps_quotas_order_and_resumes(shards, stoker_b
                               "--print-keys", "--checkpoint", ck])
     assert "resuming from checkpoint" in err
     assert first + rest == expected
+
+
+def test_torch_adapter_state_dict_through_the_service(shards, stoker_bin, tmp_path):
+    torch = pytest.importorskip("torch")
+    import stoker.torch
+    spec = dict(slow_image_spec(shards), ops=slow_image_spec(shards)["ops"][:2] +
+                [{"op": "random_resized_crop", "field": "jpg", "size": [16, 16]},
+                 {"op": "batch", "size": 4}])
+    pipe = stoker.Pipeline.from_spec(spec)
+    local = keys_and_bytes(pipe.iterator(epoch=0))
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        cluster.add_worker()
+        wait_for_workers(cluster, 1)
+        ds = stoker.torch.IterableDataset(pipe.distribute(dispatcher=cluster.address),
+                                          rank=0, world_size=1)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+        got = []
+        for batch in loader:
+            got.append((tuple(batch["__keys__"]), batch["jpg"].numpy().tobytes()))
+            if len(got) == 6:
+                break
+        state = ds.state_dict()
+        ds.pipeline.close()
+        cluster.add_worker()
+        wait_for_workers(cluster, 2)
+        ds2 = stoker.torch.IterableDataset(pipe.distribute(dispatcher=cluster.address),
+                                           rank=0, world_size=1)
+        ds2.load_state_dict(state)
+        for batch in torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=0):
+            got.append((tuple(batch["__keys__"]), batch["jpg"].numpy().tobytes()))
+        ds2.pipeline.close()
+    assert got == local

@@ -662,11 +662,17 @@ bool ServiceClient::AdvanceEpoch() {
 
 namespace stoker::service {
 
-absl::StatusOr<std::string> ServiceClient::Checkpoint() const {
+absl::StatusOr<std::string> ServiceClient::Checkpoint() {
   absl::MutexLock lock(&mu_);
   if (options_.num_consumers > 0 || options_.sharding != "dynamic")
     return absl::FailedPreconditionError(
         "checkpoints through the service need dynamic sharding and no coordinated reads for now");
+  if (num_samples_ <= 0 && resume_samples_ <= 0 && (epoch_elements_ > 0 || !places_.empty())) {
+    // Elements came before a heartbeat told the job's size: ask for one now.
+    heartbeat_now_ = true;
+    auto known = [&] { return num_samples_ > 0 || !error_.ok() || stopping_; };
+    mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(10));
+  }
   ServiceCheckpoint t;
   t.fingerprint = fingerprint_;
   t.spec = spec_;

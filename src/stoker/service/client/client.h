@@ -123,7 +123,9 @@ class ServiceClient {
   // calls GetNext, between calls. Resuming from it (options.resume) delivers exactly the rest,
   // in the same order in deterministic mode. FailedPrecondition for coordinated jobs or sharding
   // off; Unavailable while the job's size is not known yet (before the first element).
-  absl::StatusOr<std::string> Checkpoint() const;
+  // Elements can arrive before a heartbeat told the job's size: it then waits for that (one
+  // heartbeat, at most 10 s).
+  absl::StatusOr<std::string> Checkpoint();
   const std::string& fingerprint() const { return fingerprint_; }
 
   int64_t job_id() const { return job_id_; }
