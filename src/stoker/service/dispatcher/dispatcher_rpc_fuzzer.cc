@@ -98,6 +98,15 @@ void RunCalls(Dispatcher* d, Input* in) {
         req.set_sharding(in->Pick(kShardings));
         req.set_compression(in->Pick(kCompressions));
         req.set_num_epochs(in->Int());
+        if (in->Byte() % 4 == 0) {  // resuming a checkpoint, with arbitrary pieces
+          req.set_resuming(true);
+          for (int n = in->Byte() % 4; n > 0; --n) {
+            ResumePiece* p = req.add_resume();
+            p->set_begin(in->Int());
+            p->set_end(in->Int());
+            p->set_exact(in->Byte() % 2 == 0);
+          }
+        }
         GetOrCreateJobResponse resp;
         (void)d->GetOrCreateJob(req, &resp);
         break;
