@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "stoker/data/dataset.h"
+#include "stoker/data/source.h"
 
 namespace stoker::data {
 
@@ -70,6 +71,9 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
 
   // Samples per epoch of an indexed source (what splits index into); nullopt for streams.
   std::optional<int64_t> source_size() const { return source_size_; }
+  // What the source's block cache did so far, over every iterator of this pipeline; nullopt when
+  // the source does not read through one (docs/pipeline.md, "Block cache").
+  std::optional<SourceCacheStats> source_cache_stats() const;
 
   // An iterator over epoch `epoch` with its own CPU pool; threads > 0 overrides the spec. With
   // `splits` (not owned, outlives the iterator) the source reads only the splits it hands out
@@ -86,6 +90,7 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
   int threads_ = 1;
   int64_t memory_budget_bytes_ = 0;
   std::optional<int64_t> source_size_;
+  std::shared_ptr<IndexedSource> indexed_source_;  // null for streams
   friend class PipelineIterator;
   friend struct PipelineBuilder;
 };

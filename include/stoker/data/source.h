@@ -35,6 +35,15 @@ class PendingRead {
   virtual bool waited_for_io() const = 0;
 };
 
+// What a source's reads through a block cache found (docs/pipeline.md, "Block cache"), counted
+// since the source was opened.
+struct SourceCacheStats {
+  uint64_t hits = 0;          // blocks served from the cache (RAM or disk)
+  uint64_t misses = 0;        // blocks fetched from the store
+  uint64_t remote_bytes = 0;  // bytes those fetches read from the store
+  uint64_t budget_bytes = 0;  // the cache's RAM plus disk budget
+};
+
 class IndexedSource {
  public:
   virtual ~IndexedSource() = default;
@@ -52,6 +61,8 @@ class IndexedSource {
   // index to read at each of the size() positions of `epoch`, before any shuffle. Empty (the
   // default): position i reads sample i.
   virtual std::vector<int64_t> EpochIndices(int64_t epoch) const { return {}; }
+  // Thread-safe; nullopt when the source does not read through a block cache.
+  virtual std::optional<SourceCacheStats> cache_stats() const { return std::nullopt; }
 };
 
 class ElementStream {

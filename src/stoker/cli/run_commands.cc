@@ -132,6 +132,14 @@ absl::Status Run(const RunOptions& o) {
     std::fprintf(stderr, "  %-48s %10.3f %12lld %10.1f %8lld\n", label.c_str(), busy / 1e9,
                  static_cast<long long>(n), b / 1e6, static_cast<long long>(skipped));
   }
+  if (std::optional<data::SourceCacheStats> cache = pipeline->source_cache_stats()) {
+    std::fprintf(stderr,
+                 "  block cache: %llu hits, %llu misses (blocks), %.1f MB read from the store "
+                 "(cache %.1f MB)\n",
+                 static_cast<unsigned long long>(cache->hits),
+                 static_cast<unsigned long long>(cache->misses), cache->remote_bytes / 1e6,
+                 cache->budget_bytes / 1e6);
+  }
   return absl::OkStatus();
 }
 

@@ -138,11 +138,14 @@ struct PipelineBuilder {
       }
     } else if (p.Has("dataset")) {
       std::string url = p.String("dataset");
-      bool skip = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
-      std::string direct_io = p.String("direct_io", "auto", {"auto", "on", "off"});
+      DatasetSourceOptions options;
+      options.skip_corrupt = p.String("on_corrupt", "fail", {"fail", "skip"}) == "skip";
+      options.direct_io = p.String("direct_io", "auto", {"auto", "on", "off"});
+      options.cache = p.String("cache", "auto", {"auto", "on", "off"});
+      options.cache_bytes = p.Int("cache_mb", 0, 0, int64_t{1} << 30) << 20;
       read_ahead = static_cast<int>(p.Int("read_ahead", 0, 0, 64));
       RETURN_IF_ERROR(p.Finish());
-      auto opened = OpenFormatDataset(url, skip, direct_io);
+      auto opened = OpenFormatDataset(url, options);
       if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
       indexed = *opened;
     } else if (p.Has("tfrecord") || p.Has("tar")) {
@@ -337,6 +340,7 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
   pipeline->root_ = b.node;
   if (b.indexed) pipeline->source_size_ = b.indexed->size();
+  pipeline->indexed_source_ = b.indexed;
   pipeline->threads_ = threads > 0
                            ? static_cast<int>(threads)
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -345,12 +349,16 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   return std::shared_ptr<const Pipeline>(std::move(pipeline));
 }
 
+std::optional<SourceCacheStats> Pipeline::source_cache_stats() const {
+  return indexed_source_ ? indexed_source_->cache_stats() : std::nullopt;
+}
+
 std::string Pipeline::Fingerprint(const json& spec) {
   json canonical = spec;
   if (canonical.is_object()) canonical.erase("threads");
-  // Read-ahead changes when bytes are fetched, not what comes out.
+  // Read-ahead and caching change when and from where bytes are fetched, not what comes out.
   if (canonical.is_object() && canonical.contains("source") && canonical["source"].is_object()) {
-    canonical["source"].erase("read_ahead");
+    for (const char* key : {"read_ahead", "cache", "cache_mb"}) canonical["source"].erase(key);
   }
   return HexDigest(canonical.dump(-1, ' ', false, json::error_handler_t::replace));
 }

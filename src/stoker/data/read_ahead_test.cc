@@ -101,8 +101,9 @@ TEST_F(ReadAheadTest, DatasetSourceReadsAheadWithTheSameOrder) {
   ASSERT_TRUE(converted.ok()) << converted.status();
   const std::string url = proxy_->endpoint() + "/ds/";
 
-  json one = {{"source", {{"dataset", url}, {"read_ahead", 1}}}};
-  json ahead = {{"source", {{"dataset", url}}}};
+  // Without the block cache: it would hold the whole dataset after the first run.
+  json one = {{"source", {{"dataset", url}, {"read_ahead", 1}, {"cache", "off"}}}};
+  json ahead = {{"source", {{"dataset", url}, {"cache", "off"}}}};
   ReadResult serial = RunPipeline(one);
   ReadResult parallel = RunPipeline(ahead);
   ASSERT_EQ(serial.keys.size(), 3072u);
@@ -121,6 +122,7 @@ TEST_F(ReadAheadTest, DatasetSourceReadsAheadWithTheSameOrder) {
                 {"ops", {{{"op", "shuffle"}}}}};
   json remote = local;
   remote["source"]["dataset"] = url;
+  remote["source"]["cache"] = "off";
   ReadResult a = RunPipeline(local);
   ReadResult b = RunPipeline(remote);
   json fixed = remote;

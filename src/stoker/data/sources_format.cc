@@ -7,8 +7,14 @@
 #include "stoker/core/strings.h"
 
 #ifdef STOKER_HAVE_FORMAT
+#include "stoker/core/byte_size.h"
+#include "stoker/core/logging.h"
+#include "stoker/format/manifest.h"
 #include "stoker/format/sample_stream.h"
 #include "stoker/format/sharded_dataset.h"
+#include "stoker/io/cache/block_cache.h"
+#include "stoker/io/cache/cached_store.h"
+#include "stoker/io/url.h"
 #endif
 
 namespace stoker::data {
@@ -93,8 +99,20 @@ class FormatPendingRead : public PendingRead {
 
 class FormatIndexedSource : public IndexedSource {
  public:
-  explicit FormatIndexedSource(std::shared_ptr<format::ShardedDataset> ds) : ds_(std::move(ds)) {}
+  FormatIndexedSource(std::shared_ptr<format::ShardedDataset> ds,
+                      std::shared_ptr<io::CachedStore> cached)
+      : ds_(std::move(ds)), cached_(std::move(cached)) {}
   int64_t size() const override { return static_cast<int64_t>(ds_->size()); }
+  std::optional<SourceCacheStats> cache_stats() const override {
+    if (cached_ == nullptr) return std::nullopt;
+    io::CachedStoreStats s = cached_->stats();
+    SourceCacheStats out;
+    out.hits = s.hits + s.joined;
+    out.misses = s.misses;
+    out.remote_bytes = s.fetched_bytes;
+    out.budget_bytes = cached_->cache().memory_budget() + cached_->cache().disk_budget();
+    return out;
+  }
   std::unique_ptr<PendingRead> StartRead(std::vector<int64_t> indices,
                                          ThreadPool* pool) const override {
     using State = FormatPendingRead::State;
@@ -127,6 +145,7 @@ class FormatIndexedSource : public IndexedSource {
 
  private:
   std::shared_ptr<format::ShardedDataset> ds_;
+  std::shared_ptr<io::CachedStore> cached_;  // null: reads go straight to the store
 };
 
 class FormatStream : public ElementStream {
@@ -170,16 +189,82 @@ class FormatStreamSource : public StreamSource {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                 bool skip_corrupt,
-                                                                 const std::string& direct_io) {
+namespace {
+
+bool IsNetworkUrl(std::string_view url) {
+  return url.starts_with("s3://") || url.starts_with("http://") || url.starts_with("https://");
+}
+
+// The dataset's bytes from its manifest (or the shard's size), or nullopt when they cannot be
+// read here (ShardedDataset::Open then reports the problem).
+std::optional<uint64_t> DatasetBytes(io::ObjectStore& store, const std::string& key) {
+  if (key.ends_with(".stk")) {
+    auto info = store.Stat(key);
+    return info.ok() ? std::optional<uint64_t>(info->size) : std::nullopt;
+  }
+  std::string manifest_key = key;
+  if (!key.ends_with(format::kManifestName)) {
+    manifest_key = StrCat(key, key.empty() || key.ends_with("/") ? "" : "/", format::kManifestName);
+  }
+  auto bytes = store.Read(manifest_key);
+  if (!bytes.ok()) return std::nullopt;
+  auto manifest = format::ParseManifest(bytes->view(), store.Url(manifest_key));
+  return manifest.ok() ? std::optional<uint64_t>(manifest->total_bytes) : std::nullopt;
+}
+
+absl::StatusOr<std::shared_ptr<io::BlockCache>> CacheFor(int64_t cache_bytes) {
+  if (cache_bytes <= 0) return io::DefaultBlockCache();
+  io::BlockCacheOptions options;
+  options.memory_bytes = static_cast<uint64_t>(cache_bytes);
+  if (const char* dir = std::getenv("STOKER_CACHE_DIR")) options.disk_dir = dir;
+  if (const char* text = std::getenv("STOKER_CACHE_DISK_BYTES")) {
+    auto parsed = ParseByteSize(text);
+    if (parsed.ok()) options.disk_bytes = *parsed;
+  }
+  return io::BlockCache::Create(options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(
+    const std::string& url, const DatasetSourceOptions& source_options) {
   format::DatasetOptions options;
-  options.on_corrupt = skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
-  if (direct_io == "on") options.direct_io = format::DatasetOptions::DirectIo::kOn;
-  if (direct_io == "off") options.direct_io = format::DatasetOptions::DirectIo::kOff;
+  options.on_corrupt =
+      source_options.skip_corrupt ? format::OnCorrupt::kSkip : format::OnCorrupt::kFail;
+  if (source_options.direct_io == "on") options.direct_io = format::DatasetOptions::DirectIo::kOn;
+  if (source_options.direct_io == "off") {
+    options.direct_io = format::DatasetOptions::DirectIo::kOff;
+  }
+  std::shared_ptr<io::CachedStore> cached;
+  if (source_options.cache != "off" && IsNetworkUrl(url)) {
+    ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
+    ASSIGN_OR_RETURN(std::shared_ptr<io::BlockCache> cache, CacheFor(source_options.cache_bytes));
+    bool use = source_options.cache == "on";
+    if (!use) {
+      std::optional<uint64_t> bytes = DatasetBytes(*target.store, target.key);
+      const uint64_t budget = cache->memory_budget() + cache->disk_budget();
+      use = bytes.has_value() && *bytes <= budget;
+      if (bytes.has_value() && !use) {
+        spdlog::info("{}: {} bytes do not fit in the block cache ({} bytes): reading without it",
+                     url, *bytes, budget);
+      }
+    }
+    if (use) {
+      // A dataset is read as the version opened (its sample directory comes from those shard
+      // footers): Stats are kept for good, and a shard that changes under the pipeline fails
+      // the read (FailedPrecondition) rather than starting over.
+      io::CachedStoreOptions cached_options;
+      cached_options.stat_ttl = absl::InfiniteDuration();
+      cached_options.restart_on_change = false;
+      cached = std::make_shared<io::CachedStore>(target.store, std::move(cache), cached_options);
+      ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
+                       format::ShardedDataset::Open(cached, target.key, options));
+      return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds), cached));
+    }
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
                    format::ShardedDataset::Open(url, options));
-  return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds)));
+  return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds), nullptr));
 }
 
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::string> urls,
@@ -191,9 +276,8 @@ absl::StatusOr<std::shared_ptr<StreamSource>> OpenFormatStream(std::vector<std::
 
 #else
 
-absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(const std::string& url,
-                                                                 bool skip_corrupt,
-                                                                 const std::string& direct_io) {
+absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(
+    const std::string& url, const DatasetSourceOptions& source_options) {
   return absl::UnimplementedError(
       StrCat("cannot open '", url, "': this build has no shard format layer (stoker_format)"));
 }

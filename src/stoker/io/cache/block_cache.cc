@@ -41,7 +41,9 @@ absl::StatusOr<std::shared_ptr<BlockCache>> BlockCache::Create(BlockCacheOptions
     if (!opened.ok()) return opened.status();
     disk = *std::move(opened);
   }
-  return std::shared_ptr<BlockCache>(new BlockCache(options.memory_bytes, std::move(disk)));
+  auto cache = std::shared_ptr<BlockCache>(new BlockCache(options.memory_bytes, std::move(disk)));
+  if (cache->disk_ != nullptr) cache->disk_budget_ = options.disk_bytes;
+  return cache;
 }
 
 BlockCache::BlockCache(uint64_t memory_bytes) : BlockCache(memory_bytes, nullptr) {}

@@ -132,6 +132,8 @@ class BlockCache {
   BlockCacheStats stats() const;
   uint64_t memory_budget() const { return memory_budget_; }
   bool has_disk_tier() const { return disk_ != nullptr; }
+  // The disk tier's byte budget (0 without one).
+  uint64_t disk_budget() const { return disk_budget_; }
 
  private:
   BlockCache(uint64_t memory_bytes, std::unique_ptr<DiskTier> disk);
@@ -143,6 +145,7 @@ class BlockCache {
 
   const uint64_t memory_budget_;
   const std::unique_ptr<DiskTier> disk_;
+  uint64_t disk_budget_ = 0;                 // set once by Create
   std::unique_ptr<ThreadPool> disk_writer_;  // one thread; null without a disk tier
 
   mutable absl::Mutex mu_;

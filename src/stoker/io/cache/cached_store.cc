@@ -146,8 +146,13 @@ void CachedStore::ReadAsync(ReadRequest request, ReadCallback done) {
   ReadWithRetry(std::move(request), std::move(done), /*may_retry=*/true);
 }
 
+CachedStoreStats CachedStore::stats() const {
+  return CachedStoreStats{hits_.load(), misses_.load(), joined_.load(), fetched_bytes_.load()};
+}
+
 void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may_retry) {
-  auto info = StatCached(request.key, /*fresh=*/!may_retry);
+  may_retry = may_retry && options_.restart_on_change;
+  auto info = StatCached(request.key, /*fresh=*/!may_retry && options_.restart_on_change);
   if (info.ok() && !request.if_match.empty() && info->etag != request.if_match && may_retry) {
     info = StatCached(request.key, /*fresh=*/true);  // the cached Stat may be stale
   }
@@ -202,7 +207,10 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
         });
     if (outcome == BlockCache::Outcome::kHit) hits.emplace_back(i, hit.data());
     if (outcome == BlockCache::Outcome::kFetch) missing.push_back(read->first_block + i);
+    if (outcome == BlockCache::Outcome::kJoined) joined_.fetch_add(1);
   }
+  hits_.fetch_add(hits.size());
+  misses_.fetch_add(missing.size());
   for (auto& [i, block] : hits) read->Deliver(i, std::move(block));
   for (BlockRun& run : GroupRuns(request.key, *info, missing)) {
     FetchRun(
@@ -267,6 +275,7 @@ void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
                                         each_block = std::move(each_block), done = std::move(done)](
                                            absl::StatusOr<Buffer> data) mutable {
     const uint64_t start = run.bytes.offset, end = run.bytes.offset + run.bytes.length;
+    if (data.ok()) fetched_bytes_.fetch_add(data->size());
     if (data.ok() && data->size() != run.bytes.length) {
       data = absl::DataLossError(StrCat("reading bytes [", start, ", ", end, ") of ", run.url,
                                         ": got ", data->size(), " bytes"));

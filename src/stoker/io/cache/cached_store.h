@@ -18,6 +18,7 @@
 // threads (or the caller's, on a full hit).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +39,19 @@ struct CachedStoreOptions {
   absl::Duration stat_ttl = absl::Seconds(10);
   // Runs of missing blocks are fetched in requests of at most this many bytes (the part size).
   uint64_t max_request_bytes = 8 << 20;
+  // A read that finds the object changed under it starts over once with a fresh Stat (which
+  // blocks its thread). False: it fails with FailedPrecondition instead, and no read ever blocks
+  // once its object's Stat is cached (with an infinite stat_ttl, reads may then be issued from
+  // I/O completion threads, as the read planner does).
+  bool restart_on_change = true;
+};
+
+// What one CachedStore's reads found (blocks), and what it fetched from its base store.
+struct CachedStoreStats {
+  uint64_t hits = 0;           // blocks served from the cache (RAM or disk)
+  uint64_t misses = 0;         // blocks this store fetched
+  uint64_t joined = 0;         // blocks that arrived through another reader's fetch
+  uint64_t fetched_bytes = 0;  // bytes read from the base store by block fetches
 };
 
 class CachedStore : public ObjectStore {
@@ -78,6 +92,7 @@ class CachedStore : public ObjectStore {
   using BlockCallback = absl::AnyInvocable<void(uint64_t block, absl::StatusOr<Buffer> data)>;
   void FetchRun(BlockRun run, BlockCallback each_block, absl::AnyInvocable<void() &&> done);
 
+  CachedStoreStats stats() const;
   BlockCache& cache() { return *cache_; }
   ObjectStore& base() { return *base_; }
   const CachedStoreOptions& options() const { return options_; }
@@ -99,6 +114,7 @@ class CachedStore : public ObjectStore {
   };
   absl::Mutex mu_;
   std::map<std::string, CachedStat, std::less<>> stats_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> hits_{0}, misses_{0}, joined_{0}, fetched_bytes_{0};
 };
 
 }  // namespace stoker::io
