@@ -310,3 +310,50 @@ def test_torch_adapter_state_dict_through_the_service(shards, stoker_bin, tmp_pa
             got.append((tuple(batch["__keys__"]), batch["jpg"].numpy().tobytes()))
         ds2.pipeline.close()
     assert got == local
+
+
+def test_coordinated_checkpoint_of_4_ranks_resumes_on_2_ranks(stoker_bin, tmp_path):
+    n, batch, steps = 4096, 8, 37
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"source": {"range": n},
+                                "ops": [{"op": "shuffle", "seed": 2}, {"op": "batch", "size": batch}]}))
+    keys, _ = run_keys([stoker_bin, "run", str(spec), "--print-keys"])
+    expected = [keys[i:i + batch] for i in range(0, n, batch)]  # stoker run's batches in order
+
+    def ranks(cluster, count, job, extra_for):
+        procs = [subprocess.Popen([stoker_bin, "consume", "--dispatcher", cluster.address,
+                                   str(spec), "--print-keys", "--job-name", job,
+                                   "--num-consumers", str(count), "--consumer-index", str(i),
+                                   *extra_for(i)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(count)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            k = out.split()
+            outs.append([k[i:i + batch] for i in range(0, len(k), batch)])
+        return outs
+
+    def interleave(per_rank):  # round r: rank 0's batch r, rank 1's, ...: the global order
+        return [b for r in range(len(per_rank[0])) for b in (rank[r] for rank in per_rank)]
+
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        for _ in range(3):
+            cluster.add_worker()
+        wait_for_workers(cluster, 3)
+        # 4 ranks take `steps` steps each, then stop with a checkpoint (as a job would at a step).
+        four = ranks(cluster, 4, "four", lambda i: ["--max-elements", str(steps),
+                                                    "--checkpoint", str(tmp_path / f"ck{i}")])
+        assert all(len(r) == steps for r in four)
+        tokens = [read_token(str(tmp_path / f"ck{i}")) for i in range(4)]
+        assert all(t["done"] == tokens[0]["done"] for t in tokens), tokens
+        assert tokens[0]["done"] == [[0, 4 * steps * batch]]
+        # 2 ranks resume from that token on 2 workers.
+        cluster.workers[2].send_signal(signal.SIGKILL)
+        for i in range(2):
+            shutil.copy(str(tmp_path / "ck0"), str(tmp_path / f"two{i}"))
+        two = ranks(cluster, 2, "two", lambda i: ["--checkpoint", str(tmp_path / f"two{i}")])
+    got = interleave(four) + interleave(two)
+    assert sorted(sum(got, []), key=int) == [str(i) for i in range(n)], "not exactly the epoch"
+    assert got == expected, "4 ranks then 2 ranks do not continue the global order"

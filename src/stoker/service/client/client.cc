@@ -24,6 +24,26 @@ using json = nlohmann::json;
 constexpr int64_t kMaxSequence = int64_t{1} << 40;
 
 double Seconds(std::chrono::milliseconds d) { return d.count() / 1000.0; }
+
+// The batch size when every batch holds `size` consecutive samples of the epoch's order: only
+// per-sample ops and one batch op (no filter, no bucketing, no take/skip/repeat). 0 otherwise.
+int64_t PositionBatch(const json& spec) {
+  static const std::set<std::string> kPerSample = {
+      "shuffle",  "decode_image", "resize", "center_crop", "random_resized_crop",
+      "flip",     "normalize",    "cast",   "map_field",   "prefetch",
+      "to_device"};
+  int64_t batch = 0;
+  if (!spec.contains("ops")) return 0;
+  for (const json& op : spec["ops"]) {
+    const std::string name = op.is_object() ? op.value("op", "") : "";
+    if (name == "batch" && batch == 0 && op.contains("size") && op["size"].is_number_integer() &&
+        !op.value("drop_remainder", false))
+      batch = std::max<int64_t>(1, op["size"].get<int64_t>());
+    else if (!kPerSample.count(name))
+      return 0;
+  }
+  return batch;
+}
 }  // namespace
 
 absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address) {
@@ -95,10 +115,12 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   std::optional<ServiceCheckpoint> token;
   if (!options.resume.empty()) {
     ASSIGN_OR_RETURN(token, ParseServiceCheckpoint(options.resume));
-    if (options.num_consumers > 0 || options.sharding != "dynamic")
+    if (options.sharding != "dynamic")
+      return absl::FailedPreconditionError("resuming from a checkpoint needs dynamic sharding");
+    if (options.num_consumers > 0 && PositionBatch(spec) == 0)
       return absl::FailedPreconditionError(
-          "resuming from a checkpoint needs dynamic sharding and no coordinated reads "
-          "(num_consumers) for now");
+          "resuming a coordinated job needs a spec whose batches are consecutive samples "
+          "(per-sample ops and one batch op: no filter, bucket_by_length, take, skip or repeat)");
     if (token->fingerprint != fingerprint) {
       const std::string diff =
           token->spec.is_null() ? std::string() : DescribeSpecDifference(token->spec, spec);
@@ -118,6 +140,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->fingerprint_ = fingerprint;
   c->spec_ = spec;
+  c->position_batch_ = PositionBatch(spec);
   c->device_stage_ = std::move(device_stage);
   c->address_ = address;
   c->epoch_ = first_epoch;
@@ -664,9 +687,13 @@ namespace stoker::service {
 
 absl::StatusOr<std::string> ServiceClient::Checkpoint() {
   absl::MutexLock lock(&mu_);
-  if (options_.num_consumers > 0 || options_.sharding != "dynamic")
+  if (options_.sharding != "dynamic")
+    return absl::FailedPreconditionError("checkpoints through the service need dynamic sharding");
+  const bool coordinated = options_.num_consumers > 0;
+  if (coordinated && position_batch_ == 0)
     return absl::FailedPreconditionError(
-        "checkpoints through the service need dynamic sharding and no coordinated reads for now");
+        "checkpoints of a coordinated job need a spec whose batches are consecutive samples "
+        "(per-sample ops and one batch op: no filter, bucket_by_length, take, skip or repeat)");
   if (num_samples_ <= 0 && resume_samples_ <= 0 && (epoch_elements_ > 0 || !places_.empty())) {
     // Elements came before a heartbeat told the job's size: ask for one now.
     heartbeat_now_ = true;
@@ -694,9 +721,22 @@ absl::StatusOr<std::string> ServiceClient::Checkpoint() {
     }
     t.open.push_back(std::move(o));
   };
-  for (const auto& [id, place] : places_)
-    if (place.epoch == epoch_ && !place.delivered.empty())
-      add_open(place.begin, place.end, place.delivered);
+  for (const auto& [id, place] : places_) {
+    if (place.epoch != epoch_ || place.delivered.empty()) continue;
+    if (coordinated) {
+      // Rounds 0 .. r-1 of the split were delivered, in order, by every consumer (they step
+      // together): its first r * num_consumers batches, which are consecutive samples. As
+      // positions, the token restores onto any number of consumers.
+      int64_t rounds = 0;
+      while (place.delivered.count(rounds)) ++rounds;
+      const int64_t end =
+          std::min(place.end, place.begin + rounds * options_.num_consumers * position_batch_);
+      if (end > place.begin) t.done.emplace_back(place.begin, end);
+      continue;
+    }
+    add_open(place.begin, place.end, place.delivered);
+  }
+  t.done = MergeRanges(std::move(t.done));
   // Open splits of the token resumed from that this job has not sent yet.
   if (epoch_ == resume_epoch_)
     for (const auto& [range, delivered] : resumed_open_)

@@ -192,6 +192,10 @@ class ServiceClient {
   std::string address_;      // normalized
   std::string fingerprint_;  // of the spec the workers run
   nlohmann::json spec_;      // the spec the workers run
+  // Coordinated checkpoints: the spec's batch size when each batch is `batch` consecutive
+  // samples of the order (per-sample ops and one batch op), so that the rounds a consumer
+  // delivered of a split are positions; 0 when the spec does not allow it.
+  int64_t position_batch_ = 0;
   int64_t job_id_ = 0;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
