@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "stoker/core/blocking.h"
+#include "stoker/core/buffer_pool.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -19,6 +21,10 @@ struct HttpTransport::Transfer {
   HttpCallback done;
   CURL* easy = nullptr;
   curl_slist* header_list = nullptr;
+  // The body: into a block of the buffer pool when the response announces its length (so a steady
+  // stream of responses reuses mapped memory), else into `body`.
+  BufferPool::Block pooled;
+  size_t pooled_size = 0;
   std::string body;
   HttpHeaders headers;
   char error[CURL_ERROR_SIZE] = {0};
@@ -42,20 +48,35 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
       uint64_t length = 0;
       // Reserve up front so the body is received without reallocations; capped so that a lying
       // header cannot make us allocate absurd memory.
-      if (absl::SimpleAtoi(value, &length) && length <= (uint64_t{1} << 30)) {
-        transfer->body.reserve(length);
+      if (absl::SimpleAtoi(value, &length) && length > 0 && length <= (uint64_t{1} << 30)) {
+        transfer->pooled = BufferPool::Default().Get(length);
+        transfer->pooled_size = 0;
       }
     }
     transfer->headers.emplace_back(std::move(name), std::move(value));
   } else if (line.starts_with("HTTP/")) {
     transfer->headers.clear();  // a new response (after 100 Continue or a redirect)
+    transfer->pooled = BufferPool::Block();
+    transfer->pooled_size = 0;
   }
   return size * count;
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<HttpTransport::Transfer*>(user)->body.append(data, size * count);
-  return size * count;
+  auto* t = static_cast<HttpTransport::Transfer*>(user);
+  const size_t n = size * count;
+  if (t->pooled.data() != nullptr) {
+    if (t->pooled_size + n <= t->pooled.capacity()) {
+      std::memcpy(t->pooled.data() + t->pooled_size, data, n);
+      t->pooled_size += n;
+      return n;
+    }
+    // More than announced (the length check fails it later): keep every byte anyway.
+    t->body.assign(reinterpret_cast<const char*>(t->pooled.data()), t->pooled_size);
+    t->pooled = BufferPool::Block();
+  }
+  t->body.append(data, n);
+  return n;
 }
 
 absl::Status CurlError(CURLcode code, const char* detail, const std::string& url) {
@@ -196,7 +217,8 @@ void HttpTransport::Finish(void* easy, int curl_code) {
     HttpResponse response;
     response.status = static_cast<int>(status);
     response.headers = std::move(t->headers);
-    response.body = Buffer::FromString(std::move(t->body));
+    response.body = t->pooled.data() != nullptr ? t->pooled.Share(0, t->pooled_size)
+                                                : Buffer::FromString(std::move(t->body));
     result = std::move(response);
   }
   {
