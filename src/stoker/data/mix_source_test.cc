@@ -107,8 +107,8 @@ TEST(MixSource, RepeatAndChooseAreAbsoluteCounts) {
 }
 
 TEST(MixSource, StratifiedBatchesHoldEachShareWithinOne) {
-  const json spec = MixSpec({{"epoch_size", 1000}, {"stratified", true}},
-                            {{{"op", "batch"}, {"size", 20}}});
+  const json spec =
+      MixSpec({{"epoch_size", 1000}, {"stratified", true}}, {{{"op", "batch"}, {"size", 20}}});
   auto batches = RunAll(spec, 1, 3);
   ASSERT_EQ(batches.size(), 50u);
   for (const auto& b : batches) {
@@ -149,18 +149,18 @@ TEST(MixSource, ErrorsNameTheStream) {
     auto p = Pipeline::FromJson(spec);
     return p.ok() ? std::string("ok") : p.status().ToString();
   };
-  json two_kinds = {{"source",
-                     {{"mix", {{{"memory", "mix-a"}, {"weight", 1}, {"choose", 3}}}}}}};
+  json two_kinds = {{"source", {{"mix", {{{"memory", "mix-a"}, {"weight", 1}, {"choose", 3}}}}}}};
   EXPECT_NE(error(two_kinds).find("$.source.mix[0]: give exactly one"), std::string::npos)
       << error(two_kinds);
-  json bad_weight = {{"source", {{"mix", {{{"memory", "mix-a"}, {"weight", 1}},
-                                          {{"memory", "mix-b"}, {"weight", -2}}}}}}};
+  json bad_weight = {
+      {"source",
+       {{"mix", {{{"memory", "mix-a"}, {"weight", 1}}, {{"memory", "mix-b"}, {"weight", -2}}}}}}};
   EXPECT_NE(error(bad_weight).find("$.source.mix[1].weight"), std::string::npos)
       << error(bad_weight);
   json missing = {{"source", {{"mix", {{{"memory", "no-such"}, {"weight", 1}}}}}}};
   EXPECT_NE(error(missing).find("$.source.mix[0]"), std::string::npos) << error(missing);
-  json too_small = {{"source",
-                     {{"mix", {{{"memory", "mix-a"}, {"choose", 600}}}}, {"epoch_size", 100}}}};
+  json too_small = {
+      {"source", {{"mix", {{{"memory", "mix-a"}, {"choose", 600}}}}, {"epoch_size", 100}}}};
   EXPECT_NE(error(too_small).find("epoch_size"), std::string::npos) << error(too_small);
 }
 
