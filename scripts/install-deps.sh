@@ -19,6 +19,8 @@ packages=(
   # servers and peers used by tests and benchmarks
   swift swift-proxy swift-object swift-container swift-account python3-swift memcached
   nginx-light s3fs rclone awscli curl fio
+  # operations: /metrics scraped by a real Prometheus, the status page in headless Chromium
+  prometheus chromium
 )
 
 sudo_cmd=()
@@ -40,9 +42,13 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 
 # Debian starts some services on install; the tests start their own instances on free ports.
-for svc in nginx memcached; do
+for svc in nginx memcached prometheus; do
   if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
     "${sudo_cmd[@]}" systemctl stop "$svc" || true
   fi
 done
+# Prometheus would otherwise start again at boot, scraping and storing for nobody.
+if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>/dev/null; then
+  "${sudo_cmd[@]}" systemctl disable prometheus || true
+fi
 echo "install-deps: done"

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "stoker/cli/commands.h"
+#include "stoker/core/metrics.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/image.h"
 #include "stoker/format/convert.h"
 #include "stoker/service/client/client.h"
+#include "stoker/service/client/client_metrics.h"
 #include "stoker/service/common/health_server.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 #include "stoker/service/worker/worker.h"
@@ -140,6 +142,7 @@ struct ConsumeOptions {
   int64_t checkpoint_every = 0;  // elements between writes (0: only when interrupted or done)
   int http_port = -1;
   int heartbeat_ms = 200;
+  int linger_ms = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -242,6 +245,12 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   if (!opened.ok()) return opened.status();
   std::unique_ptr<service::ServiceClient> client = std::move(*opened);
   current = client.get();
+  // The consumer's counters at /metrics (docs/operations.md), while the client lives.
+  struct Collector {
+    int64_t id;
+    ~Collector() { MetricsRegistry::Default().RemoveCollector(id); }
+  } collector{MetricsRegistry::Default().AddCollector(
+      [c = client.get()](MetricsWriter& w) { service::WriteClientMetrics(*c, w); })};
   if (interrupted) client->Cancel();
   int64_t elements = 0, samples = 0, epoch_elements = 0;
   double first_seconds = 0;  // job start-up: until the first element arrived
@@ -284,6 +293,9 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   if (absl::Status s = checkpoint(); !s.ok() && status.ok()) status = s;
   current = nullptr;
   double seconds = Seconds(start);
+  if (health && o.linger_ms > 0 && !interrupted) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.linger_ms));
+  }
   auto stats = client->stats();
   std::fprintf(stderr,
                "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
@@ -452,7 +464,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   static DispatcherCliOptions dispatcher_options;
   auto* d = app.add_subcommand("dispatcher", "Run the service's dispatcher");
   d->add_option("--port", dispatcher_options.port, "gRPC port (default 5000; 0: any free port)");
-  d->add_option("--http-port", dispatcher_options.http_port, "port of GET /healthz (0: any)");
+  d->add_option("--http-port", dispatcher_options.http_port,
+                "port of GET /healthz and /metrics (0: any)");
   d->add_option("--work-dir", dispatcher_options.work_dir,
                 "folder of the journal; a restart replays it (default: no journal)");
   d->add_option("--worker-timeout-ms", dispatcher_options.worker_timeout_ms,
@@ -468,7 +481,8 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--dispatcher", worker_options.dispatcher, "the dispatcher's HOST:PORT")
       ->required();
   w->add_option("--port", worker_options.port, "gRPC port (default 0: any free port)");
-  w->add_option("--http-port", worker_options.http_port, "port of GET /healthz (0: any)");
+  w->add_option("--http-port", worker_options.http_port,
+                "port of GET /healthz and /metrics (0: any)");
   w->add_option("--host", worker_options.host, "host name clients reach this worker at");
   w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
@@ -542,8 +556,13 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   c->add_option("--checkpoint-every", consume_options.checkpoint_every,
                 "write the checkpoint every N elements (default 0: only when stopping)")
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--http-port", consume_options.http_port, "serve GET /healthz on this port");
+  c->add_option("--http-port", consume_options.http_port,
+                "serve GET /healthz and /metrics on this port (0: any; default: none)");
   c->add_option("--heartbeat-ms", consume_options.heartbeat_ms, "heartbeat interval (default 200)");
+  c->add_option("--linger-ms", consume_options.linger_ms,
+                "with --http-port: keep serving /metrics this long after the last element, so "
+                "that a scraper reads the final counts (default 0)")
+      ->check(CLI::NonNegativeNumber);
   c->callback([=] { *result = RunConsume(consume_options); });
 
   static DemoOptions demo_options;

@@ -11,6 +11,7 @@
 #include "stoker/core/blocking.h"
 #include "stoker/core/buffer_pool.h"
 #include "stoker/core/logging.h"
+#include "stoker/core/metrics.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 
@@ -36,6 +37,32 @@ struct HttpTransport::Transfer {
 };
 
 namespace {
+
+// One attempt in the process's /metrics (docs/operations.md): by method and outcome (the HTTP
+// status class, or "error" for a connection failure or timeout).
+void RecordMetrics(CURL* easy, const std::string& method,
+                   const absl::StatusOr<HttpResponse>& result) {
+  MetricsRegistry& m = MetricsRegistry::Default();
+  std::string outcome = result.ok() ? StrCat(result->status / 100, "xx") : "error";
+  m.GetCounter("stoker_store_requests_total",
+               "HTTP requests (attempts) to object stores, by method and outcome",
+               {{"method", method}, {"outcome", outcome}})
+      .Increment();
+  if (!result.ok()) return;
+  m.GetCounter("stoker_store_received_bytes_total", "Response body bytes from object stores",
+               {{"method", method}})
+      .Increment(static_cast<double>(result->body.size()));
+  curl_off_t total_us = 0, first_byte_us = 0;
+  curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);
+  curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
+  m.GetHistogram("stoker_store_request_seconds",
+                 "Object-store request time, connection to last byte", LatencyBucketsSeconds(),
+                 {{"method", method}})
+      .Observe(static_cast<double>(total_us) / 1e6);
+  m.GetHistogram("stoker_store_first_byte_seconds", "Object-store request time to the first byte",
+                 LatencyBucketsSeconds(), {{"method", method}})
+      .Observe(static_cast<double>(first_byte_us) / 1e6);
+}
 
 size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   auto* transfer = static_cast<HttpTransport::Transfer*>(user);
@@ -226,6 +253,7 @@ void HttpTransport::Finish(void* easy, int curl_code) {
     --stats_.in_flight;
     if (!result.ok()) ++stats_.transport_errors;
   }
+  RecordMetrics(t->easy, t->request.method, result);
   std::move(t->done)(std::move(result));
 }
 
@@ -338,6 +366,9 @@ void Attempt(std::shared_ptr<RetryCall> call, absl::Time not_before) {
           std::move(call->done)(std::move(result));
           return;
         }
+        static Counter& retries = MetricsRegistry::Default().GetCounter(
+            "stoker_store_retries_total", "Object-store requests tried again after a failure");
+        retries.Increment();
         spdlog::debug("retrying {} after attempt {}: {}", url, call->attempt,
                       std::string(result.status().message()));
         Attempt(call, absl::Now() + BackoffBeforeAttempt(call->attempt + 1, call->policy));

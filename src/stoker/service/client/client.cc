@@ -610,7 +610,17 @@ std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
 }
 
 absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Duration wait) {
-  ASSIGN_OR_RETURN(std::optional<data::Element> e, GetNextHost(wait));
+  const auto called = std::chrono::steady_clock::now();
+  auto host = GetNextHost(wait);
+  {
+    absl::MutexLock lock(&mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (last_return_)
+      stats_.between_seconds += std::chrono::duration<double>(called - *last_return_).count();
+    stats_.wait_seconds += std::chrono::duration<double>(now - called).count();
+    last_return_ = now;
+  }
+  ASSIGN_OR_RETURN(std::optional<data::Element> e, std::move(host));
   if (!e || !device_stage_) return e;
   auto on_device = device_stage_->Apply(*std::move(e));
   if (!on_device.ok()) return Annotate(on_device.status(), "to_device at the service consumer");

@@ -94,6 +94,10 @@ struct ServiceClientStats {
   int64_t bytes = 0;       // payload bytes received (delivered ones)
   int64_t duplicates = 0;  // dropped because already held
   int64_t splits = 0;      // acknowledged as delivered
+  // Time inside GetNext (the trainer waited for data), and from a GetNext's return to the next
+  // call (the trainer's own work): stall ratio = wait / (wait + between).
+  double wait_seconds = 0;
+  double between_seconds = 0;
 };
 
 class ServiceClient {
@@ -243,6 +247,7 @@ class ServiceClient {
   int64_t resume_samples_ ABSL_GUARDED_BY(mu_) = 0;  // num_samples in the resumed token
   int64_t epoch_elements_ ABSL_GUARDED_BY(mu_) = 0;  // delivered in epoch_ (with the token's)
   int64_t epoch_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_return_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace stoker::service

@@ -1,5 +1,6 @@
 #include "stoker/service/common/health_server.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/core/metrics.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 
@@ -37,6 +39,11 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port) {
 }
 
 HealthServer::HealthServer(int fd, int port) : fd_(fd), port_(port) {
+  Handle("/healthz", [](const std::string&) { return HttpReply{200, "text/plain", "ok\n"}; });
+  Handle("/metrics", [](const std::string&) {
+    return HttpReply{200, std::string(MetricsRegistry::kContentType),
+                     MetricsRegistry::Default().Render()};
+  });
   thread_ = StartThread("healthz", [this] { Serve(); });
 }
 
@@ -58,16 +65,68 @@ struct Connection {
 constexpr size_t kMaxConnections = 64;  // beyond this, the oldest is closed
 constexpr auto kRequestTimeout = std::chrono::seconds(1);
 
-void Answer(int fd, const std::string& request) {
-  bool ok = request.starts_with("GET /healthz ") || request.starts_with("HEAD /healthz ");
-  std::string body = ok ? "ok\n" : "not found\n";
-  std::string response = StrCat("HTTP/1.1 ", ok ? "200 OK" : "404 Not Found",
-                                "\r\nContent-Type: text/plain\r\nContent-Length: ", body.size(),
-                                "\r\nConnection: close\r\n\r\n", body);
-  (void)::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+constexpr auto kSendTimeout = std::chrono::seconds(2);
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
+  }
 }
 
 }  // namespace
+
+void HealthServer::Handle(const std::string& path, HttpHandler handler) {
+  absl::MutexLock lock(&mu_);
+  handlers_[path] = std::move(handler);
+}
+
+// Request line: METHOD SP TARGET SP VERSION. The reply is sent in full (blocking, for at most
+// kSendTimeout: a /metrics page can exceed the socket buffer).
+void HealthServer::Answer(int fd, const std::string& request) {
+  size_t sp1 = request.find(' ');
+  size_t sp2 = sp1 == std::string::npos ? sp1 : request.find(' ', sp1 + 1);
+  std::string method = request.substr(0, sp1);
+  std::string target = sp2 == std::string::npos ? "" : request.substr(sp1 + 1, sp2 - sp1 - 1);
+  size_t q = target.find('?');
+  std::string path = target.substr(0, q);
+  std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+  HttpHandler handler;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = handlers_.find(path);
+    if (it != handlers_.end()) handler = it->second;
+  }
+  HttpReply reply{404, "text/plain", "not found\n"};
+  if (method != "GET" && method != "HEAD") {
+    reply = {405, "text/plain", "only GET and HEAD\n"};
+  } else if (handler) {
+    reply = handler(query);
+  }
+  std::string response =
+      StrCat("HTTP/1.1 ", reply.status, " ", Reason(reply.status),
+             "\r\nContent-Type: ", reply.content_type, "\r\nContent-Length: ", reply.body.size(),
+             "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n");
+  if (method == "GET") response += reply.body;
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  timeval tv{std::chrono::duration_cast<std::chrono::seconds>(kSendTimeout).count(), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  size_t sent = 0;
+  while (sent < response.size()) {
+    ssize_t n = ::send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+}
 
 // One thread polls the listening socket and every open connection together, so a connection that
 // sends nothing (a scanner, a half-open probe) delays nobody: it is closed at its deadline.

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "stoker/core/metrics.h"
+#include "stoker/core/strings.h"
+
 namespace stoker::service {
 namespace {
 
@@ -42,10 +45,34 @@ TEST(HealthServer, AnswersHealthzAnd404) {
   std::string ok = Ask((*server)->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK", 0), 0u) << ok;
   EXPECT_NE(ok.find("\r\n\r\nok\n"), std::string::npos) << ok;
-  std::string missing = Ask((*server)->port(), "GET /metrics HTTP/1.1\r\n\r\n");
+  std::string missing = Ask((*server)->port(), "GET /nothing HTTP/1.1\r\n\r\n");
   EXPECT_EQ(missing.rfind("HTTP/1.1 404", 0), 0u) << missing;
   std::string garbage = Ask((*server)->port(), std::string(5000, '\x01'));
-  EXPECT_EQ(garbage.rfind("HTTP/1.1 404", 0), 0u) << garbage;
+  EXPECT_EQ(garbage.rfind("HTTP/1.1 405", 0), 0u) << garbage;
+  std::string head = Ask((*server)->port(), "HEAD /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 OK", 0), 0u) << head;
+  EXPECT_EQ(head.find("ok\n"), std::string::npos) << head;  // no body
+}
+
+TEST(HealthServer, ServesMetricsAndAddedPagesInFull) {
+  auto server = HealthServer::Start(0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  MetricsRegistry::Default()
+      .GetCounter("stoker_health_server_test_total", "A counter of this test")
+      .Increment(3);
+  std::string metrics = Ask((*server)->port(), "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(metrics.rfind("HTTP/1.1 200 OK", 0), 0u) << metrics;
+  EXPECT_NE(metrics.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(metrics.find("\nstoker_health_server_test_total 3\n"), std::string::npos) << metrics;
+  // A body far larger than a socket buffer arrives whole; the query string reaches the handler.
+  std::string big(8 << 20, 'x');
+  (*server)->Handle("/big", [&](const std::string& query) {
+    return HttpReply{503, "text/plain", query + big};
+  });
+  std::string reply = Ask((*server)->port(), "GET /big?q=1 HTTP/1.1\r\n\r\n", /*timeout_s=*/10);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 503 Service Unavailable", 0), 0u) << reply.substr(0, 100);
+  EXPECT_NE(reply.find(StrCat("Content-Length: ", big.size() + 3)), std::string::npos);
+  EXPECT_TRUE(reply.ends_with("\r\n\r\nq=1" + big));
 }
 
 // Connections that send nothing are served side by side with the others (each used to hold the

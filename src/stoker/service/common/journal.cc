@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "stoker/core/fd_io.h"
 #include "stoker/core/logging.h"
+#include "stoker/core/metrics.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/format/crc32c.h"
@@ -173,8 +175,15 @@ absl::Status Journal::SyncTo(int64_t seq) {
     syncing_ = true;
     const int64_t target = written_.load();  // every update written so far
     sync_mu_.Unlock();
+    const auto start = std::chrono::steady_clock::now();
     const int rc = ::fdatasync(fd_);
     const int err = errno;
+    static Histogram& sync_seconds = MetricsRegistry::Default().GetHistogram(
+        "stoker_dispatcher_journal_sync_seconds",
+        "Time of one journal fdatasync (one serves every RPC waiting then)",
+        LatencyBucketsSeconds());
+    sync_seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     sync_mu_.Lock();
     syncing_ = false;
     if (rc != 0) {

@@ -97,10 +97,13 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
   ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.port, "dispatcher"));
   d->port_ = d->server_->port();
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorPeers(); });
+  d->metrics_collector_ = MetricsRegistry::Default().AddCollector(
+      [p = d.get()](MetricsWriter& w) { p->CollectMetrics(w); });
   return d;
 }
 
 Dispatcher::~Dispatcher() {
+  if (metrics_collector_ != 0) MetricsRegistry::Default().RemoveCollector(metrics_collector_);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -126,11 +129,75 @@ absl::Status Dispatcher::Update(const json& update) {
   }
   ++updates_;
   const std::string type = update.value("type", "");
+  MetricsRegistry& metrics = MetricsRegistry::Default();
+  metrics
+      .GetCounter("stoker_dispatcher_updates_total", "State updates applied and journaled, by type",
+                  {{"type", type}})
+      .Increment();
+  if (type == "create_split" || type == "lease_split") {
+    const auto& workers = state_.workers();
+    auto w = workers.find(update.value("worker_id", int64_t{0}));
+    MetricLabels labels = {{"worker", w == workers.end() ? "" : w->second.address}};
+    metrics
+        .GetCounter("stoker_dispatcher_splits_leased_total",
+                    "Splits leased to workers (new and leased again), by worker address", labels)
+        .Increment();
+    if (type == "lease_split") {
+      metrics
+          .GetCounter("stoker_dispatcher_splits_leased_again_total",
+                      "Splits leased again after their worker or consumer was lost, by the worker "
+                      "that got them",
+                      labels)
+          .Increment();
+    }
+  }
   if (type == "create_job" || type == "job_error" || type == "ack_splits" ||
       type == "worker_ended" || type == "set_job_size" || type == "remove_client" ||
       type == "end_job")
     ++tasks_version_;
   return absl::OkStatus();
+}
+
+void Dispatcher::CollectMetrics(MetricsWriter& w) {
+  using T = MetricsWriter::Type;
+  absl::MutexLock lock(&mu_);
+  w.Write("stoker_dispatcher_workers", "Workers registered now", T::kGauge, {},
+          static_cast<double>(state_.workers().size()));
+  w.Write("stoker_dispatcher_clients", "Consumers registered now", T::kGauge, {},
+          static_cast<double>(state_.clients().size()));
+  std::map<std::string, int64_t> jobs = {
+      {"running", 0}, {"finished", 0}, {"ended", 0}, {"failed", 0}};
+  for (const auto& [id, job] : state_.jobs()) {
+    const char* s = !job.error.empty()        ? "failed"
+                    : !job.ended.empty()      ? "ended"
+                    : state_.JobFinished(job) ? "finished"
+                                              : "running";
+    ++jobs[s];
+    if (std::string_view(s) != "running") continue;  // series of running jobs only
+    MetricLabels j = {{"job_id", std::to_string(id)}};
+    w.Write("stoker_job_clients", "Consumers of a running job", T::kGauge, j,
+            static_cast<double>(job.clients.size()));
+    w.Write("stoker_job_positions", "Samples of all the job's epochs (0 until counted)", T::kGauge,
+            j, static_cast<double>(job.positions()));
+    w.Write("stoker_job_positions_handed_out", "Samples of the job handed out in splits so far",
+            T::kGauge, j, static_cast<double>(job.next_sample));
+    w.Write("stoker_job_epochs_done", "Epochs of the job delivered in full", T::kGauge, j,
+            static_cast<double>(job.epochs_done() - job.first_epoch));
+    int64_t leased = 0;
+    for (const auto& [split_id, split] : job.splits)
+      if (!split.done && split.worker_id != 0) ++leased;
+    for (auto [state, n] : {std::pair<const char*, int64_t>{"done", job.done_splits},
+                            {"leased", leased},
+                            {"pending", static_cast<int64_t>(job.pending.size())}}) {
+      MetricLabels l = j;
+      l.emplace_back("state", state);
+      w.Write("stoker_job_splits", "Splits of a running job by state", T::kGauge, l,
+              static_cast<double>(n));
+    }
+  }
+  for (const auto& [state, n] : jobs)
+    w.Write("stoker_dispatcher_jobs", "Jobs by state", T::kGauge, {{"state", state}},
+            static_cast<double>(n));
 }
 
 void Dispatcher::MonitorPeers() {

@@ -49,6 +49,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "stoker/core/metrics.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/journal.h"
@@ -97,8 +98,12 @@ class Dispatcher {
   absl::Status RemoveClient(int64_t client_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
+  void CollectMetrics(MetricsWriter& w);
+
   const DispatcherOptions options_;
   int port_ = 0;
+  int64_t metrics_collector_ = 0;  // id in MetricsRegistry::Default(); 0: none
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
   // Set in Start before serving, never changed: Write under mu_, SyncTo without it.

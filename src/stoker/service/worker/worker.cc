@@ -95,10 +95,28 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
+  w->metrics_collector_ = MetricsRegistry::Default().AddCollector(
+      [p = w.get()](MetricsWriter& m) { p->CollectMetrics(m); });
   return w;
 }
 
+void Worker::CollectMetrics(MetricsWriter& w) {
+  absl::MutexLock lock(&mu_);
+  int64_t running = 0;
+  for (const auto& [id, t] : tasks_) {
+    if (t->cancelled) continue;
+    ++running;
+    w.Write("stoker_worker_buffered_bytes",
+            "Bytes of encoded elements a task holds for its consumers (bounded by --buffer-bytes)",
+            MetricsWriter::Type::kGauge, {{"job_id", std::to_string(id)}},
+            static_cast<double>(t->buffered_bytes));
+  }
+  w.Write("stoker_worker_tasks", "Tasks (jobs) this worker runs now", MetricsWriter::Type::kGauge,
+          {}, static_cast<double>(running));
+}
+
 Worker::~Worker() {
+  if (metrics_collector_ != 0) MetricsRegistry::Default().RemoveCollector(metrics_collector_);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -219,6 +237,19 @@ void Worker::HeartbeatLoop() {
           task->num_consumers = std::max<int64_t>(0, t.num_consumers());
           task->pad_rounds = t.partial_round() == "pad";
           task->needs_size = t.needs_size();
+          MetricsRegistry& metrics = MetricsRegistry::Default();
+          const MetricLabels job = {{"job_id", std::to_string(t.job_id())}};
+          task->produced_elements = &metrics.GetCounter("stoker_worker_produced_elements_total",
+                                                        "Elements a worker's tasks produced", job);
+          task->produced_bytes =
+              &metrics.GetCounter("stoker_worker_produced_bytes_total",
+                                  "Encoded (and compressed) payload bytes produced", job);
+          task->busy_seconds = &metrics.GetCounter(
+              "stoker_worker_busy_seconds_total",
+              "Time a task waited on its pipeline for elements (not for buffer room or splits)",
+              job);
+          task->splits_done = &metrics.GetCounter("stoker_worker_splits_total",
+                                                  "Splits a worker processed in full", job);
           DropRemovedClients(task.get(), t);
           Worker::Task* raw = task.get();
           tasks_[t.job_id()] = std::move(task);
@@ -325,6 +356,10 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
   };
   mu_.Await(absl::Condition(&room));
   if (Stopped(task)) return false;
+  if (!meta.empty()) {
+    task->produced_elements->Increment();
+    task->produced_bytes->Increment(static_cast<double>(payload.size));
+  }
   const int64_t split = meta.split_id();
   Buffered b{std::move(meta), std::move(payload)};
   if (stream >= 0) {
@@ -366,7 +401,11 @@ absl::Status Worker::RunWholePipeline(Task* task) {
   for (int64_t epoch = task->first_epoch; epoch < task->first_epoch + task->num_epochs; ++epoch) {
     auto it = pipeline->MakeIterator(epoch, options_.threads);
     while (true) {
-      ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
+      auto busy_from = Clock::now();
+      absl::StatusOr<std::optional<data::Element>> next = it->GetNext();
+      task->busy_seconds->Increment(
+          std::chrono::duration<double>(Clock::now() - busy_from).count());
+      ASSIGN_OR_RETURN(std::optional<data::Element> e, std::move(next));
       if (!e) break;
       ElementData d;
       d.set_split_id(-1);
@@ -506,7 +545,10 @@ absl::Status Worker::RunDynamic(Task* task) {
                   e == nullptr ? EncodedElement() : EncodeElementPieces(*e, task->compression));
     };
     while (true) {
+      auto busy_from = Clock::now();
       auto next = it->GetNext();
+      task->busy_seconds->Increment(
+          std::chrono::duration<double>(Clock::now() - busy_from).count());
       if (!next.ok())
         return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
                                               " [", resp.begin(), ", ", resp.end(), ")"));
@@ -524,6 +566,7 @@ absl::Status Worker::RunDynamic(Task* task) {
     } else if (!push(prev ? &*prev : nullptr, true)) {
       return absl::OkStatus();
     }
+    task->splits_done->Increment();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     double per_second = (resp.end() - resp.begin()) / std::max(seconds, 1e-4);
     double target = std::chrono::duration<double>(options_.split_target).count();
@@ -611,6 +654,22 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
         end_of_stream = cursor >= stream->next_index;
       }
     }
+  }
+  if (!copies.empty()) {
+    MetricsRegistry& metrics = MetricsRegistry::Default();
+    const MetricLabels labels = {{"job_id", std::to_string(req.job_id())},
+                                 {"client_id", std::to_string(req.client_id())}};
+    int64_t elements = 0, bytes = 0;
+    for (const Buffered& b : copies) {
+      elements += b.meta.empty() ? 0 : 1;
+      bytes += static_cast<int64_t>(b.payload.size);
+    }
+    metrics
+        .GetCounter("stoker_worker_sent_elements_total",
+                    "Elements sent to consumers (a resent response counts again)", labels)
+        .Increment(static_cast<double>(elements));
+    metrics.GetCounter("stoker_worker_sent_bytes_total", "Payload bytes sent to consumers", labels)
+        .Increment(static_cast<double>(bytes));
   }
   ElementsResponseBuilder builder;
   for (const Buffered& b : copies) builder.Add(b.meta, b.payload.pieces);

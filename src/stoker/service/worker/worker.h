@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "stoker/core/metrics.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service.pb.h"
 #include "stoker/service/common/element_codec.h"
@@ -111,6 +112,11 @@ class Worker {
     std::vector<int64_t> orphaned;      // splits to report to the dispatcher
     int64_t buffered_bytes = 0;         // in every stream and in `unassigned`
     bool producer_done = false;         // the task thread has returned
+    // Its series in MetricsRegistry::Default() (labelled with the job), set before it starts.
+    Counter* produced_elements = nullptr;
+    Counter* produced_bytes = nullptr;
+    Counter* busy_seconds = nullptr;
+    Counter* splits_done = nullptr;
     bool cancelled = false;
     std::thread thread;
   };
@@ -133,12 +139,15 @@ class Worker {
   // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.
   void DropRemovedClients(Task* task, const stoker::service::Task& listed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports the tasks' buffered bytes at each /metrics scrape.
+  void CollectMetrics(MetricsWriter& w);
   bool Stopped(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || task->cancelled;
   }
 
   const WorkerOptions options_;
   int port_ = 0;
+  int64_t metrics_collector_ = 0;  // id in MetricsRegistry::Default(); 0: none
   std::string address_;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::unique_ptr<grpc::Service> service_;
