@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "stoker/cli/commands.h"
+#include "stoker/core/log_setup.h"
 #include "stoker/core/metrics.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -54,9 +55,12 @@ struct DispatcherCliOptions {
   std::string work_dir;
   int worker_timeout_ms = 3000;
   int client_timeout_ms = 30000;
+  std::string log_format = "text";
 };
 
 absl::Status RunDispatcher(const DispatcherCliOptions& o) {
+  RETURN_IF_ERROR(SetLogFormat(o.log_format));
+  SetDefaultLogLevel(spdlog::level::info);  // its events, one line each (docs/operations.md)
   BlockStopSignals();
   service::DispatcherOptions options;
   options.port = o.port;
@@ -85,9 +89,12 @@ struct WorkerCliOptions {
   int threads = 0;
   int drain_timeout_ms = 10000;
   std::vector<std::string> plugin_dirs;
+  std::string log_format = "text";
 };
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
+  RETURN_IF_ERROR(SetLogFormat(o.log_format));
+  SetDefaultLogLevel(spdlog::level::info);
   BlockStopSignals();
   KeepDataPathAllocationsOnHeap();
   // One malloc arena per core instead of glibc's 8 per core: every job's pipeline threads would
@@ -143,6 +150,7 @@ struct ConsumeOptions {
   int http_port = -1;
   int heartbeat_ms = 200;
   int linger_ms = 0;
+  std::string log_format = "text";
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -172,6 +180,7 @@ double Seconds(Clock::time_point start) {
 }
 
 absl::Status RunConsume(const ConsumeOptions& o) {
+  RETURN_IF_ERROR(SetLogFormat(o.log_format));
   ASSIGN_OR_RETURN(std::string spec, ReadFile(o.spec));
   KeepDataPathAllocationsOnHeap();
   // SIGINT/SIGTERM go to a thread of their own that cancels the client: the consumer stops at
@@ -457,6 +466,18 @@ absl::Status RunDemo(const DemoOptions& o) {
   return absl::OkStatus();
 }
 
+// --log-format, and STOKER_LOG in --help.
+void AddLogOptions(CLI::App* app, std::string* format, const char* default_level) {
+  app->add_option("--log-format", *format,
+                  "text (default) or json: one JSON object a line (time, level, thread, msg) for "
+                  "log pipelines")
+      ->check(CLI::IsMember({"text", "json"}));
+  app->footer(
+      StrCat("Logs go to stderr. STOKER_LOG=trace|debug|info|warn|error|off sets the level "
+             "(default here: ",
+             default_level, "). See docs/operations.md."));
+}
+
 }  // namespace
 
 void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
@@ -474,6 +495,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "a consumer silent this long is removed (its unfinished splits go to the others); "
                 "a job without a live consumer this long is ended (default 30000)")
       ->check(CLI::PositiveNumber);
+  AddLogOptions(d, &dispatcher_options.log_format, "info");
   d->callback([=] { *result = RunDispatcher(dispatcher_options); });
 
   static WorkerCliOptions worker_options;
@@ -495,6 +517,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "a folder whose plugin libraries clients' specs may load (repeatable; default: "
                 "none, so specs naming plugins are refused). A plugin runs as code in this "
                 "worker: name only folders you control (docs/security.md)");
+  AddLogOptions(w, &worker_options.log_format, "info");
   w->callback([=] { *result = RunWorker(worker_options); });
 
   static ConsumeOptions consume_options;
@@ -563,6 +586,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "with --http-port: keep serving /metrics this long after the last element, so "
                 "that a scraper reads the final counts (default 0)")
       ->check(CLI::NonNegativeNumber);
+  AddLogOptions(c, &consume_options.log_format, "warn");
   c->callback([=] { *result = RunConsume(consume_options); });
 
   static DemoOptions demo_options;

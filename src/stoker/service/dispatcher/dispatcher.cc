@@ -122,7 +122,19 @@ absl::Status Dispatcher::Update(const json& update) {
   // then fail on it). Nothing sees the change before it is durable: mu_ is held until the journal
   // has it, and replies go out after that. If the journal cannot take it, the state is ahead of
   // the journal: stop, so that a restart replays a consistent state (clients and workers retry).
+  // A job's transitions (finished, failed, collected) are logged once, when they happen.
+  const DispatcherState::Job* job = nullptr;
+  bool was_finished = false, had_error = false, was_ended = false;
+  if (update.contains("job_id") && update["job_id"].is_number_integer()) {
+    job = state_.FindJob(update["job_id"].get<int64_t>());
+    if (job != nullptr) {
+      was_finished = state_.JobFinished(*job);
+      had_error = !job->error.empty();
+      was_ended = !job->ended.empty();
+    }
+  }
   RETURN_IF_ERROR(state_.Apply(update));
+  if (job != nullptr) LogJobTransition(*job, was_finished, had_error, was_ended);
   if (journal_) {
     absl::Status s = journal_->Write(update).status();
     if (!s.ok()) StopOnJournalFailure(s);
@@ -156,6 +168,18 @@ absl::Status Dispatcher::Update(const json& update) {
       type == "end_job")
     ++tasks_version_;
   return absl::OkStatus();
+}
+
+void Dispatcher::LogJobTransition(const DispatcherState::Job& job, bool was_finished,
+                                  bool had_error, bool was_ended) {
+  if (!had_error && !job.error.empty()) {
+    SPDLOG_WARN("dispatcher: job {} failed: {}", job.id, job.error);
+  } else if (!was_ended && !job.ended.empty()) {
+    SPDLOG_INFO("dispatcher: job {} collected: {}", job.id, job.ended);
+  } else if (!was_finished && job.error.empty() && job.ended.empty() && state_.JobFinished(job)) {
+    SPDLOG_INFO("dispatcher: job {} finished: {} epoch(s) of {} samples delivered in {} splits",
+                job.id, job.num_epochs, job.num_samples, job.splits.size());
+  }
 }
 
 void Dispatcher::CollectMetrics(MetricsWriter& w) {
@@ -250,7 +274,6 @@ void Dispatcher::CheckClients(Clock::time_point now) {
   }
   for (int64_t id : orphans) {
     std::string reason = StrCat("no consumer for ", options_.client_timeout.count() / 1000.0, " s");
-    SPDLOG_INFO("dispatcher: job {} ended: {}", id, reason);
     absl::Status s = Update({{"type", "end_job"}, {"job_id", id}, {"reason", reason}});
     if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
     job_unconsumed_since_.erase(id);
@@ -419,7 +442,7 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     id = state_.next_worker_id();
     RETURN_IF_ERROR(
         Update({{"type", "register_worker"}, {"worker_id", id}, {"address", req.address()}}));
-    SPDLOG_INFO("dispatcher: worker {} at {}", id, req.address());
+    SPDLOG_INFO("dispatcher: worker {} joined at {}", id, req.address());
   }
   last_heartbeat_[id] = Clock::now();
   if (req.failed_job() != 0) {
@@ -549,6 +572,9 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
                             {"split_id", split_id},
                             {"worker_id", req.worker_id()}}));
     const auto& s = job->splits.at(split_id);
+    SPDLOG_INFO("dispatcher: job {} split {} (positions {} .. {}) leased again, to worker {} ({})",
+                job->id, split_id, s.begin, s.end, req.worker_id(),
+                state_.workers().at(req.worker_id()).address);
     SetSplit(*job, split_id, s.begin, s.end, resp);
     return absl::OkStatus();
   }
@@ -617,6 +643,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                 {"job_id", job->id},
                 {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0}}));
     job_unconsumed_since_.erase(job->id);
+    SPDLOG_INFO("dispatcher: client {} joined job {}", client_id, job->id);
   } else if (!state_.clients().count(client_id)) {
     if (req.leaving()) return absl::OkStatus();
     return absl::FailedPreconditionError(StrCat("client ", client_id, " of job ", job->id,
@@ -650,7 +677,6 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     // The last consumer left before the end: nobody will read the rest, and a rerun under the
     // same name should start afresh rather than join a half-consumed job.
     if (job->clients.empty() && job->ended.empty() && !state_.JobFinished(*job)) {
-      SPDLOG_INFO("dispatcher: job {} ended: its last consumer left", job->id);
       RETURN_IF_ERROR(
           Update({{"type", "end_job"}, {"job_id", job->id}, {"reason", "its last consumer left"}}));
     }

@@ -98,6 +98,9 @@ class Dispatcher {
   absl::Status RemoveClient(int64_t client_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Logs a job's change of state made by the update just applied (finished, failed, collected).
+  void LogJobTransition(const DispatcherState::Job& job, bool was_finished, bool had_error,
+                        bool was_ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
   void CollectMetrics(MetricsWriter& w);
 
