@@ -136,7 +136,7 @@ def main():
         once(r"^dispatcher: job 1 created", "job 1 created")
         once(r"^dispatcher: job 1 finished: 1 epoch\(s\) of 1000000 samples", "job 1 finished")
         once(r"^dispatcher: job 2 created", "job 2 created")
-        once(r"^dispatcher: job 2 collected: its last consumer left", "job 2 collected")
+        once(r"^dispatcher: job 2 ended: its last consumer left", "job 2 collected")
         if len([m for m in messages if re.search(r"^dispatcher: worker \d+ joined at ", m)]) != 2:
             fail("expected 2 'worker joined' lines:\n" + "\n".join(messages))
         lost = once(r"^dispatcher: worker \d+ \(.*\) missed its heartbeats", "worker lost")

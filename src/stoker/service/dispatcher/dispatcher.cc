@@ -175,7 +175,7 @@ void Dispatcher::LogJobTransition(const DispatcherState::Job& job, bool was_fini
   if (!had_error && !job.error.empty()) {
     SPDLOG_WARN("dispatcher: job {} failed: {}", job.id, job.error);
   } else if (!was_ended && !job.ended.empty()) {
-    SPDLOG_INFO("dispatcher: job {} collected: {}", job.id, job.ended);
+    SPDLOG_INFO("dispatcher: job {} ended: {}", job.id, job.ended);
   } else if (!was_finished && job.error.empty() && job.ended.empty() && state_.JobFinished(job)) {
     SPDLOG_INFO("dispatcher: job {} finished: {} epoch(s) of {} samples delivered in {} splits",
                 job.id, job.num_epochs, job.num_samples, job.splits.size());
