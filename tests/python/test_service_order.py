@@ -51,7 +51,7 @@ def keys_and_bytes(batches):
 
 
 def wait_for_workers(cluster, n):
-    assert cluster.wait_for_log(rf"worker {n} at ", 20), cluster.log()
+    assert cluster.wait_for_log(rf"worker {n} (joined )?at ", 20), cluster.log()
 
 
 def test_same_keys_and_bytes_with_1_2_4_workers_and_a_killed_worker(many_shards, stoker_bin,
