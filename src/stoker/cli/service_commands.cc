@@ -88,6 +88,7 @@ struct WorkerCliOptions {
   std::string buffer_bytes = "256MiB";
   int threads = 0;
   int drain_timeout_ms = 10000;
+  int unhealthy_after = 3;
   std::vector<std::string> plugin_dirs;
   std::string log_format = "text";
 };
@@ -114,8 +115,23 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.buffer_bytes = static_cast<int64_t>(buffer_bytes);
   options.threads = o.threads;
   options.plugin_dirs = o.plugin_dirs;
+  options.unhealthy_after_failures = o.unhealthy_after;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
+  // 503 with the reason once the worker is unhealthy (docs/operations.md).
+  health->Handle("/healthz", [w = worker.get()](const std::string&) {
+    std::string reason = w->unhealthy_reason();
+    if (reason.empty()) return service::HttpReply{200, "text/plain", "ok\n"};
+    return service::HttpReply{503, "text/plain", StrCat("unhealthy: ", reason, "\n")};
+  });
+  struct ResetHealth {  // the handler must not outlive the worker
+    service::HealthServer* h;
+    ~ResetHealth() {
+      h->Handle("/healthz", [](const std::string&) {
+        return service::HttpReply{503, "text/plain", "stopping\n"};
+      });
+    }
+  } reset_health{health.get()};
   std::printf("worker: serving on %s, /healthz on port %d, dispatcher %s\n",
               worker->address().c_str(), health->port(), o.dispatcher.c_str());
   std::fflush(stdout);
@@ -517,6 +533,11 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "a folder whose plugin libraries clients' specs may load (repeatable; default: "
                 "none, so specs naming plugins are refused). A plugin runs as code in this "
                 "worker: name only folders you control (docs/security.md)");
+  w->add_option("--unhealthy-after", worker_options.unhealthy_after,
+                "after this many tasks in a row failed (e.g. the data cannot be read), the worker "
+                "is unhealthy: it takes no new task and /healthz answers 503 with the reason "
+                "(default 3; 0: never)")
+      ->check(CLI::NonNegativeNumber);
   AddLogOptions(w, &worker_options.log_format, "info");
   w->callback([=] { *result = RunWorker(worker_options); });
 

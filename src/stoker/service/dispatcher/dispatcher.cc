@@ -163,6 +163,10 @@ absl::Status Dispatcher::Update(const json& update) {
           .Increment();
     }
   }
+  if (type == "remove_worker") {
+    unhealthy_.erase(update.value("worker_id", int64_t{0}));
+    running_.erase(update.value("worker_id", int64_t{0}));
+  }
   if (type == "create_job" || type == "job_error" || type == "ack_splits" ||
       type == "worker_ended" || type == "set_job_size" || type == "remove_client" ||
       type == "end_job")
@@ -187,6 +191,9 @@ void Dispatcher::CollectMetrics(MetricsWriter& w) {
   absl::MutexLock lock(&mu_);
   w.Write("stoker_dispatcher_workers", "Workers registered now", T::kGauge, {},
           static_cast<double>(state_.workers().size()));
+  w.Write("stoker_dispatcher_unhealthy_workers",
+          "Registered workers that report being unhealthy (they get no new tasks)", T::kGauge, {},
+          static_cast<double>(unhealthy_.size()));
   w.Write("stoker_dispatcher_clients", "Consumers registered now", T::kGauge, {},
           static_cast<double>(state_.clients().size()));
   std::map<std::string, int64_t> jobs = {
@@ -445,6 +452,15 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     SPDLOG_INFO("dispatcher: worker {} joined at {}", id, req.address());
   }
   last_heartbeat_[id] = Clock::now();
+  std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
+  running_[id] = running;
+  if (!req.unhealthy().empty() && !unhealthy_.count(id)) {
+    SPDLOG_WARN("dispatcher: worker {} ({}) is unhealthy: {}; it gets no new tasks", id,
+                req.address(), req.unhealthy());
+    unhealthy_[id] = req.unhealthy();
+  } else if (req.unhealthy().empty()) {
+    unhealthy_.erase(id);
+  }
   if (req.failed_job() != 0) {
     const auto* job = state_.FindJob(req.failed_job());
     if (job != nullptr && job->error.empty())
@@ -464,10 +480,9 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
         Update({{"type", "requeue_splits"}, {"job_id", o.job_id()}, {"split_ids", ids}}));
   }
   resp->set_worker_id(id);
-  ListTasks(resp);
+  ListTasks(id, running, resp);
   // Long poll: while the worker already runs exactly these tasks, hold the reply (up to wait_ms)
   // until an update may change them, so a new job reaches its workers at once.
-  std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
   auto unchanged = [&] {
     std::set<int64_t> listed;
     for (const Task& t : resp->tasks()) listed.insert(t.job_id());
@@ -483,16 +498,19 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) break;
     if (!state_.workers().count(id)) break;  // removed meanwhile: let it re-register
     resp->clear_tasks();
-    ListTasks(resp);
+    ListTasks(id, running, resp);
   }
   return absl::OkStatus();
 }
 
-void Dispatcher::ListTasks(WorkerHeartbeatResponse* resp) {
+void Dispatcher::ListTasks(int64_t worker_id, const std::set<int64_t>& running,
+                           WorkerHeartbeatResponse* resp) {
   // A worker needs only the consumers removed lately (it drops their streams once).
   constexpr size_t kRemovedClientsListed = 256;
+  const bool unhealthy = unhealthy_.count(worker_id) > 0;
   for (const auto& [job_id, job] : state_.jobs()) {
     if (!job.error.empty() || !job.ended.empty() || state_.JobFinished(job)) continue;
+    if (unhealthy && !running.count(job_id)) continue;
     Task* t = resp->add_tasks();
     t->set_job_id(job_id);
     t->set_spec_json(state_.datasets().at(job.fingerprint));
@@ -683,6 +701,13 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     return absl::OkStatus();
   }
   for (const auto& [id, w] : state_.workers()) {
+    // An unhealthy worker serves only the jobs it already ran; with sharding off, its stream of
+    // a job it does not run counts as consumed (empty), so the job can finish without it.
+    if (unhealthy_.count(id) && !running_[id].count(job->id)) {
+      if (job->sharding == "off" && !job->ended_workers.count(id))
+        RETURN_IF_ERROR(Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", id}}));
+      continue;
+    }
     WorkerInfo* info = resp->add_workers();
     info->set_worker_id(id);
     info->set_address(w.address);

@@ -90,7 +90,9 @@ class Dispatcher {
   static void SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin,
                        int64_t end, GetSplitResponse* resp);
   // The tasks every worker should run now (unfinished jobs without an error).
-  void ListTasks(WorkerHeartbeatResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An unhealthy worker is listed only the tasks it runs already (`running`).
+  void ListTasks(int64_t worker_id, const std::set<int64_t>& running, WorkerHeartbeatResponse* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes lost workers and silent consumers, and ends jobs nobody consumes.
   void MonitorPeers();
   void CheckClients(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -118,6 +120,10 @@ class Dispatcher {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> job_unconsumed_since_
       ABSL_GUARDED_BY(mu_);
+  // Workers that say they are unhealthy (why), and the jobs each worker runs (its last heartbeat);
+  // neither is journaled: workers report both in every heartbeat.
+  absl::flat_hash_map<int64_t, std::string> unhealthy_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::set<int64_t>> running_ ABSL_GUARDED_BY(mu_);
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped by every update that can change a worker's task list (heartbeats wait for it).
   int64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 0;

@@ -113,6 +113,9 @@ void Worker::CollectMetrics(MetricsWriter& w) {
   }
   w.Write("stoker_worker_tasks", "Tasks (jobs) this worker runs now", MetricsWriter::Type::kGauge,
           {}, static_cast<double>(running));
+  w.Write("stoker_worker_healthy",
+          "1 while healthy; 0 once --unhealthy-after tasks in a row failed (see /healthz)",
+          MetricsWriter::Type::kGauge, {}, unhealthy_.empty() ? 1 : 0);
 }
 
 Worker::~Worker() {
@@ -181,6 +184,7 @@ void Worker::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_ || heartbeats_stopped_) return;
       req.set_worker_id(worker_id_);
+      req.set_unhealthy(unhealthy_);
       if (!failures_.empty()) {
         req.set_failed_job(failures_.begin()->first);
         req.set_task_error(failures_.begin()->second);
@@ -320,12 +324,29 @@ void Worker::DropRemovedClients(Task* task, const stoker::service::Task& listed)
   }
 }
 
+std::string Worker::unhealthy_reason() const {
+  absl::MutexLock lock(&mu_);
+  return unhealthy_;
+}
+
 void Worker::RunTask(Task* task) {
   absl::Status s = task->sharding == "off" ? RunWholePipeline(task) : RunDynamic(task);
   absl::MutexLock lock(&mu_);
   if (!s.ok() && !Stopped(task)) {
     SPDLOG_ERROR("worker {}: job {} failed: {}", address_, task->job_id, s.ToString());
     failures_[task->job_id] = std::string(s.message());
+    static Counter& failed = MetricsRegistry::Default().GetCounter(
+        "stoker_worker_task_failures_total", "Tasks that failed on this worker");
+    failed.Increment();
+    const int n = options_.unhealthy_after_failures;
+    if (++consecutive_failures_ >= n && n > 0 && unhealthy_.empty()) {
+      unhealthy_ =
+          StrCat(n, " tasks in a row failed; the last, of job ", task->job_id, ": ", s.message());
+      SPDLOG_ERROR("worker {}: unhealthy: {}; it takes no new task until restarted", address_,
+                   unhealthy_);
+    }
+  } else if (s.ok() && !Stopped(task)) {
+    consecutive_failures_ = 0;
   }
   task->producer_done = true;
 }

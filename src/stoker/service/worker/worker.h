@@ -51,6 +51,9 @@ struct WorkerOptions {
   // The only folders plugin libraries named in clients' specs are loaded from (--plugin-dir);
   // none by default, so no plugin (data::PluginPolicy, docs/security.md).
   std::vector<std::string> plugin_dirs;
+  // After this many tasks in a row failed, the worker is unhealthy: it reports so to the
+  // dispatcher (which gives it no new task) and /healthz answers 503. 0: never.
+  int unhealthy_after_failures = 3;
 };
 
 class Worker {
@@ -66,6 +69,9 @@ class Worker {
 
   int port() const { return port_; }
   const std::string& address() const { return address_; }
+  // Why the worker is unhealthy (unhealthy_after_failures tasks in a row failed); empty while it
+  // is healthy. It stays unhealthy until restarted.
+  std::string unhealthy_reason() const;
 
   // The Worker RPC (the gRPC adapter calls it): a serialized GetElementsResponse.
   absl::Status GetElements(const GetElementsRequest& req, grpc::ByteBuffer* resp);
@@ -154,13 +160,15 @@ class Worker {
   std::unique_ptr<GrpcServer> server_;
   std::thread heartbeat_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Shared: a GetElements call waiting on a task keeps it alive if the task is removed meanwhile.
   std::map<int64_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Failed tasks not yet reported (job id -> error): one goes in each heartbeat until the
   // dispatcher has answered a heartbeat that carried it.
   std::map<int64_t, std::string> failures_ ABSL_GUARDED_BY(mu_);
+  int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string unhealthy_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;            // no new splits
   bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop
