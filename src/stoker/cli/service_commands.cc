@@ -24,6 +24,7 @@
 #include "stoker/service/client/client.h"
 #include "stoker/service/client/client_metrics.h"
 #include "stoker/service/common/health_server.h"
+#include "stoker/service/common/net_util.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 #include "stoker/service/worker/worker.h"
 
@@ -83,7 +84,7 @@ struct WorkerCliOptions {
   std::string dispatcher;
   int port = 0;
   int http_port = 0;
-  std::string host = "127.0.0.1";
+  std::string host;  // empty: the address this host reaches the dispatcher from
   int heartbeat_ms = 500;
   std::string buffer_bytes = "256MiB";
   int threads = 0;
@@ -107,6 +108,15 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.dispatcher_address = o.dispatcher;
   options.port = o.port;
   options.host = o.host;
+  if (options.host.empty()) {
+    auto local = service::LocalAddressTowards(o.dispatcher);
+    if (!local.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot find the address clients reach this worker at (", local.status().message(),
+                 "); give it with --host"));
+    }
+    options.host = *local;
+  }
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   ASSIGN_OR_RETURN(uint64_t buffer_bytes, ParseByteSizeFlag("--buffer-bytes", o.buffer_bytes));
   if (buffer_bytes > uint64_t{INT64_MAX}) {
@@ -521,7 +531,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--port", worker_options.port, "gRPC port (default 0: any free port)");
   w->add_option("--http-port", worker_options.http_port,
                 "port of GET /healthz and /metrics (0: any)");
-  w->add_option("--host", worker_options.host, "host name clients reach this worker at");
+  w->add_option("--host", worker_options.host,
+                "host name or address clients reach this worker at (default: this host's "
+                "address on the route to the dispatcher, 127.0.0.1 only if the dispatcher is "
+                "on loopback)");
   w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
                 "ready elements kept per job, in bytes; K, M, G suffixes (default 256M)");
