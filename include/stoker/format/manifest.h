@@ -27,6 +27,10 @@ struct Manifest {
   std::vector<std::string> fields;  // sorted union of field names
   uint64_t total_samples = 0;
   uint64_t total_bytes = 0;
+  // Class names of a converted folder tree: the sorted class folders (empty ones too, as
+  // torchvision's ImageFolder), so class i is classes[i] and samples carry field "cls" = i.
+  // Empty for WebDataset / TFRecord sources and for manifests written before classes existed.
+  std::vector<std::string> classes;
   bool operator==(const Manifest&) const = default;
 };
 

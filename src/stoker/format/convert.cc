@@ -92,10 +92,12 @@ absl::Status Note(ConvertProgress* progress, const Sample& sample) {
 
 absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
                                                  const std::vector<FileRef>& files,
-                                                 std::string_view root_key, const Output& out,
-                                                 const ConvertOptions& options) {
+                                                 std::string_view root_key,
+                                                 const std::vector<std::string>& class_folders,
+                                                 const Output& out, const ConvertOptions& options) {
   std::map<std::string, PlannedSample> by_key;
-  std::set<std::string> classes;
+  // Every class folder, empty ones included, so indices match torchvision's ImageFolder.
+  std::set<std::string> classes(class_folders.begin(), class_folders.end());
   for (const FileRef& file : files) {
     std::string_view rel = std::string_view(file.key).substr(root_key.size());
     size_t slash = rel.find('/');
@@ -188,7 +190,9 @@ absl::StatusOr<ConvertSummary> ConvertFolderTree(io::ObjectStore& source,
     list.push_back(*written[j]);
     all_fields.insert(fields[j].begin(), fields[j].end());
   }
-  ASSIGN_OR_RETURN(summary.manifest, WriteManifest(*out.store, out.prefix_key, list, all_fields));
+  ASSIGN_OR_RETURN(summary.manifest,
+                   WriteManifest(*out.store, out.prefix_key, list, all_fields,
+                                 std::vector<std::string>(classes.begin(), classes.end())));
   return summary;
 }
 
@@ -353,7 +357,14 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
         return absl::InvalidArgumentError(
             StrCat(src, " mixes .tar/.tfrecord files with other files; convert them separately"));
       }
-      summary = ConvertFolderTree(*source.store, files, root, out, options);
+      // The class folders: the first level below the root (an empty folder is a class too).
+      ASSIGN_OR_RETURN(io::ListResult top, source.store->List({root, "/", 0}));
+      std::vector<std::string> class_folders;
+      for (const std::string& folder : top.common_prefixes) {
+        std::string name = folder.substr(root.size(), folder.size() - root.size() - 1);
+        if (!name.empty() && !name.starts_with(".")) class_folders.push_back(std::move(name));
+      }
+      summary = ConvertFolderTree(*source.store, files, root, class_folders, out, options);
     }
     if (summary.ok()) {
       summary->hidden_files = hidden;

@@ -85,6 +85,24 @@ TEST(ConvertTest, FolderTree) {
   ExpectDataset(dir.path() + "/out", expected);
 }
 
+TEST(ConvertTest, FolderTreeRecordsClassNamesAndEmptyClassFoldersKeepTheirIndex) {
+  testing::ScopedTempDir dir("stoker-convert");
+  // Sorted class folders, as torchvision's ImageFolder: ant=0, bee=1 (empty), cat=2.
+  WriteFile(dir.path() + "/src/cat/c0.jpg", "c0");
+  WriteFile(dir.path() + "/src/ant/a0.jpg", "a0");
+  std::filesystem::create_directories(dir.path() + "/src/bee");
+  std::filesystem::create_directories(dir.path() + "/src/.hidden");
+  auto summary = Convert(dir.path() + "/src", dir.path() + "/out");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const std::vector<std::string> classes = {"ant", "bee", "cat"};
+  EXPECT_EQ(summary->manifest.classes, classes);
+  auto ds = Dataset::Open(dir.path() + "/out/");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->manifest().classes, classes);
+  ExpectDataset(dir.path() + "/out", {{"ant/a0", {{"jpg", "a0"}, {"cls", "0"}}},
+                                      {"cat/c0", {{"jpg", "c0"}, {"cls", "2"}}}});
+}
+
 TEST(ConvertTest, FolderTreeMustHaveClassFolders) {
   testing::ScopedTempDir dir("stoker-convert");
   WriteFile(dir.path() + "/src/loose.jpg", "x");

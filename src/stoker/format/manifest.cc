@@ -80,6 +80,21 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view json, std::string_view u
     if (!f.is_string()) return Bad(url, "'fields' must hold strings");
     manifest.fields.push_back(f.get<std::string>());
   }
+  auto classes = doc.find("classes");  // optional
+  if (classes != doc.end()) {
+    if (!classes->is_array()) return Bad(url, "field 'classes' must be an array of class names");
+    std::set<std::string> seen;
+    for (size_t i = 0; i < classes->size(); ++i) {
+      const nlohmann::json& c = (*classes)[i];
+      if (!c.is_string() || c.get<std::string>().empty()) {
+        return Bad(url, StrCat("classes[", i, "] must be a non-empty string"));
+      }
+      if (!seen.insert(c.get<std::string>()).second) {
+        return Bad(url, StrCat("classes[", i, "] ('", c.get<std::string>(), "') is repeated"));
+      }
+      manifest.classes.push_back(c.get<std::string>());
+    }
+  }
   if (!GetCount(doc, "total_samples", &manifest.total_samples) ||
       !GetCount(doc, "total_bytes", &manifest.total_bytes)) {
     return Bad(url, "fields 'total_samples' and 'total_bytes' must be non-negative integers");
@@ -106,6 +121,7 @@ std::string SerializeManifest(const Manifest& manifest) {
   }
   doc["shards"] = std::move(shards);
   doc["fields"] = manifest.fields;
+  if (!manifest.classes.empty()) doc["classes"] = manifest.classes;
   doc["total_samples"] = manifest.total_samples;
   doc["total_bytes"] = manifest.total_bytes;
   return doc.dump(2) + "\n";

@@ -14,6 +14,7 @@ TEST(ManifestTest, RoundTrips) {
   m.fields = {"cls", "jpg"};
   m.total_samples = 15;
   m.total_bytes = 1600;
+  m.classes = {"ant", "bee", "cat"};
   auto parsed = ParseManifest(SerializeManifest(m), "mem://b/manifest.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, m);
@@ -39,6 +40,21 @@ TEST(ManifestTest, RejectsWhatItCannotTrust) {
   check(R"({"format":"stoker-dataset","version":1,"shards":[{"name":"a","samples":1,"bytes":3}],
            "fields":[],"total_samples":2,"total_bytes":3})",
         "disagree");
+  check(R"({"format":"stoker-dataset","version":1,"shards":[],"fields":[],"classes":["a","a"],
+           "total_samples":0,"total_bytes":0})",
+        "classes[1] ('a') is repeated");
+  check(R"({"format":"stoker-dataset","version":1,"shards":[],"fields":[],"classes":[3],
+           "total_samples":0,"total_bytes":0})",
+        "classes[0] must be a non-empty string");
+}
+
+TEST(ManifestTest, ClassesAreOptional) {
+  auto parsed = ParseManifest(R"({"format":"stoker-dataset","version":1,"shards":[],"fields":[],
+                                  "total_samples":0,"total_bytes":0})",
+                              "/d/manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->classes.empty());
+  EXPECT_EQ(SerializeManifest(*parsed).find("classes"), std::string::npos);
 }
 
 }  // namespace

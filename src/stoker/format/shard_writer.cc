@@ -73,9 +73,11 @@ absl::StatusOr<io::StoreAndKey> OpenDatasetPrefix(std::string_view url) {
 
 absl::StatusOr<Manifest> WriteManifest(io::ObjectStore& store, std::string_view prefix_key,
                                        std::vector<ManifestShard> shards,
-                                       const std::set<std::string>& fields) {
+                                       const std::set<std::string>& fields,
+                                       std::vector<std::string> classes) {
   Manifest manifest;
   manifest.shards = std::move(shards);
+  manifest.classes = std::move(classes);
   manifest.fields.assign(fields.begin(), fields.end());
   for (const ManifestShard& s : manifest.shards) {
     manifest.total_samples += s.samples;

@@ -96,8 +96,10 @@ class DatasetWriter {
 absl::StatusOr<io::StoreAndKey> OpenDatasetPrefix(std::string_view url);
 
 // Builds the manifest of `shards` (in dataset order) and writes it as <prefix>manifest.json.
+// `classes`: the class names of a folder tree, index order (see Manifest::classes).
 absl::StatusOr<Manifest> WriteManifest(io::ObjectStore& store, std::string_view prefix_key,
                                        std::vector<ManifestShard> shards,
-                                       const std::set<std::string>& fields);
+                                       const std::set<std::string>& fields,
+                                       std::vector<std::string> classes = {});
 
 }  // namespace stoker::format
