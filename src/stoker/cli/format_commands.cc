@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "stoker/cli/commands.h"
+#include "stoker/cli/progress.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
@@ -22,30 +24,6 @@
 
 namespace stoker::cli {
 namespace {
-
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char out[32];
-  std::snprintf(out, sizeof(out), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return out;
-}
-
-std::string HumanDuration(double seconds) {
-  if (seconds < 0 || seconds > 1e7) return "?";
-  int s = static_cast<int>(seconds + 0.5);
-  char out[32];
-  if (s >= 3600) {
-    std::snprintf(out, sizeof(out), "%dh%02dm", s / 3600, s / 60 % 60);
-  } else {
-    std::snprintf(out, sizeof(out), "%dm%02ds", s / 60, s % 60);
-  }
-  return out;
-}
 
 // Prints progress of `progress` until stopped: a redrawn bar with rate and ETA on a terminal,
 // a plain line every few seconds otherwise. Runs on its own thread.
@@ -103,6 +81,7 @@ struct ConvertArgs {
   std::string src, dst, shard_size = "256MiB";
   int zstd = 0;
   int jobs = 4;
+  ProgressMode progress = ProgressMode::kAuto;
 };
 
 absl::Status Convert(const ConvertArgs& args) {
@@ -116,7 +95,8 @@ absl::Status Convert(const ConvertArgs& args) {
   absl::Time start = absl::Now();
   absl::StatusOr<format::ConvertSummary> summary;
   {
-    ProgressPrinter printer(progress);
+    std::optional<ProgressPrinter> printer;
+    if (args.progress != ProgressMode::kOff) printer.emplace(progress);
     summary = format::Convert(args.src, args.dst, options);
   }
   RETURN_IF_ERROR(summary.status());
@@ -132,7 +112,16 @@ absl::Status Convert(const ConvertArgs& args) {
       HumanBytes(seconds > 0 ? progress.input_bytes.load() / seconds : 0).c_str());
   std::string fields;
   for (const std::string& f : m.fields) fields += (fields.empty() ? "" : ", ") + f;
-  std::printf("fields: %s\nmanifest: %s\n", fields.c_str(), summary->manifest_url.c_str());
+  std::printf("fields: %s\n", fields.c_str());
+  if (!m.classes.empty()) {
+    std::string classes;
+    for (size_t i = 0; i < m.classes.size() && i < 10; ++i) {
+      classes += StrCat(i == 0 ? "" : ", ", i, "=", m.classes[i]);
+    }
+    if (m.classes.size() > 10) classes += ", ...";
+    std::printf("classes: %zu (%s)\n", m.classes.size(), classes.c_str());
+  }
+  std::printf("manifest: %s\n", summary->manifest_url.c_str());
   auto examples = [](const std::vector<std::string>& list, uint64_t count) {
     std::string out;
     for (const std::string& e : list) out += (out.empty() ? "" : ", ") + e;
@@ -267,6 +256,7 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
   convert->add_option("--zstd", c->zstd, "compress each record with zstd at this level (0: off)")
       ->capture_default_str();
   convert->add_option("-j,--jobs", c->jobs, "shards written in parallel")->capture_default_str();
+  AddProgressFlags(convert, &c->progress);
   convert->callback([=] { *result = Convert(*c); });
 
   auto* inspect = app.add_subcommand(

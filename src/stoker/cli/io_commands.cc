@@ -3,15 +3,21 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "stoker/cli/commands.h"
+#include "stoker/cli/progress.h"
 #include "stoker/core/fd_io.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/core/thread_pool.h"
 #include "stoker/io/read/ranged_reader.h"
+#include "stoker/io/store_factories.h"
 #include "stoker/io/url.h"
 
 namespace stoker::cli {
@@ -24,7 +30,19 @@ absl::Status WriteAll(int fd, const Buffer& data) {
   return absl::OkStatus();
 }
 
+// `stoker ls s3://`: the buckets, as `aws s3 ls` prints them.
+absl::Status LsBuckets() {
+  ASSIGN_OR_RETURN(std::vector<io::ObjectInfo> buckets, io::ListS3BucketsFromEnvironment());
+  for (const io::ObjectInfo& bucket : buckets) {
+    std::printf("%12s  %s  s3://%s/\n", "BUCKET",
+                absl::FormatTime("%Y-%m-%d %H:%M:%S", bucket.mtime, absl::UTCTimeZone()).c_str(),
+                bucket.key.c_str());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Ls(const std::string& url, bool recursive) {
+  if (url == "s3://" || url == "s3:///") return LsBuckets();
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
   // A URL naming one object lists that object; otherwise list the "folder".
   std::string prefix = target.key;
@@ -112,19 +130,140 @@ absl::Status Cat(const std::string& url, uint64_t offset, int64_t length) {
                       [](Buffer part) { return WriteAll(STDOUT_FILENO, part); });
 }
 
-absl::Status Cp(const std::string& from, const std::string& to) {
+// Copies one object, streaming it in parallel parts; the destination appears only once complete.
+absl::Status CopyObject(const std::shared_ptr<io::ObjectStore>& from_store,
+                        const std::string& from_key, io::ObjectStore& to_store,
+                        const std::string& to_key, Progress* progress) {
+  ASSIGN_OR_RETURN(auto writer, to_store.OpenWriter(to_key));
+  io::RangedReader reader(from_store);
+  RETURN_IF_ERROR(StreamObject(reader, from_key, {}, [&](Buffer part) {
+    progress->Add(static_cast<int64_t>(part.size()));
+    return writer->Append(std::move(part));
+  }));
+  RETURN_IF_ERROR(writer->Close());
+  progress->Add(0, 1);
+  return absl::OkStatus();
+}
+
+struct CopyOptions {
+  ProgressMode progress = ProgressMode::kAuto;
+  int jobs = 8;
+};
+
+absl::Status Cp(const std::string& from, const std::string& to, const CopyOptions& options) {
   ASSIGN_OR_RETURN(io::StoreAndKey source, io::OpenUrl(from));
+  absl::StatusOr<io::ObjectInfo> info = source.store->Stat(source.key);
+  if (!info.ok()) {
+    // A folder or prefix: say how to copy it instead of "not found".
+    std::string prefix =
+        source.key.empty() || source.key.ends_with("/") ? source.key : source.key + "/";
+    auto below = source.store->List({prefix, "/", 1});
+    if (below.ok() && (!below->objects.empty() || !below->common_prefixes.empty())) {
+      return absl::InvalidArgumentError(StrCat(
+          from, " is a folder or prefix: copy it with `stoker cp --recursive` or `stoker sync`"));
+    }
+  }
+  RETURN_IF_ERROR(info.status());
   std::string destination_url = to;
   if (to.ends_with("/")) {
     size_t slash = source.key.rfind('/');
     destination_url += source.key.substr(slash == std::string::npos ? 0 : slash + 1);
   }
   ASSIGN_OR_RETURN(io::StoreAndKey destination, io::OpenUrl(destination_url));
-  ASSIGN_OR_RETURN(auto writer, destination.store->OpenWriter(destination.key));
-  io::RangedReader reader(source.store);
-  RETURN_IF_ERROR(StreamObject(reader, source.key, {},
-                               [&writer](Buffer part) { return writer->Append(std::move(part)); }));
-  return writer->Close();
+  Progress progress("cp", "files", options.progress);
+  progress.SetTotals(static_cast<int64_t>(info->size), 1);
+  return CopyObject(source.store, source.key, *destination.store, destination.key, &progress);
+}
+
+// Every object below `url` (a prefix or folder), by its name relative to it. A missing folder or
+// prefix is empty. Folder markers (keys ending in '/') are left out.
+struct Tree {
+  io::StoreAndKey root;  // root.key is "" or ends with '/'
+  std::map<std::string, io::ObjectInfo> objects;
+};
+
+absl::StatusOr<Tree> ListTree(const std::string& url) {
+  Tree tree;
+  ASSIGN_OR_RETURN(tree.root, io::OpenUrl(url));
+  std::string& prefix = tree.root.key;
+  if (!prefix.empty() && !prefix.ends_with("/")) prefix += "/";
+  absl::StatusOr<io::ListResult> listing = tree.root.store->List({prefix, "", 0});
+  if (absl::IsNotFound(listing.status())) return tree;
+  RETURN_IF_ERROR(listing.status());
+  for (io::ObjectInfo& info : listing->objects) {
+    if (info.key.ends_with("/") || info.key.size() <= prefix.size()) continue;
+    std::string relative = info.key.substr(prefix.size());
+    tree.objects.emplace(std::move(relative), std::move(info));
+  }
+  return tree;
+}
+
+// sync's rule (as `aws s3 sync`): copy when the destination is missing or has another size;
+// between two S3 objects with ETags, when the ETags differ; otherwise when the source is newer by
+// whole seconds (S3 keeps whole seconds, local files nanoseconds).
+bool NeedsCopy(const io::ObjectInfo& from, const io::ObjectInfo* to, bool both_s3) {
+  if (to == nullptr || from.size != to->size) return true;
+  if (both_s3 && !from.etag.empty() && !to->etag.empty()) return from.etag != to->etag;
+  return absl::ToUnixSeconds(from.mtime) > absl::ToUnixSeconds(to->mtime);
+}
+
+// cp --recursive (every object) and sync (only those NeedsCopy selects): `options.jobs` objects
+// are copied at once. A failed object is reported and the others go on; the result names how
+// many failed.
+absl::Status CopyTree(const std::string& from, const std::string& to, bool sync,
+                      const CopyOptions& options) {
+  const char* command = sync ? "sync" : "cp";
+  ASSIGN_OR_RETURN(Tree source, ListTree(from));
+  ASSIGN_OR_RETURN(Tree destination, ListTree(to));
+  const bool both_s3 = from.starts_with("s3://") && to.starts_with("s3://");
+  std::vector<const std::pair<const std::string, io::ObjectInfo>*> todo;
+  int64_t bytes = 0, up_to_date = 0;
+  for (const auto& entry : source.objects) {
+    auto found = destination.objects.find(entry.first);
+    const io::ObjectInfo* existing = found == destination.objects.end() ? nullptr : &found->second;
+    if (sync && !NeedsCopy(entry.second, existing, both_s3)) {
+      ++up_to_date;
+      continue;
+    }
+    todo.push_back(&entry);
+    bytes += static_cast<int64_t>(entry.second.size);
+  }
+  const absl::Time start = absl::Now();
+  Progress progress(command, "files", options.progress);
+  progress.SetTotals(bytes, static_cast<int64_t>(todo.size()));
+  absl::Mutex mu;
+  int failed = 0;
+  std::string first_error;
+  {
+    ThreadPool pool(StrCat(command, "-copy"), std::max(1, options.jobs));
+    for (const auto* entry : todo) {
+      pool.Schedule([&, entry] {
+        const std::string& relative = entry->first;
+        absl::Status status =
+            CopyObject(source.root.store, entry->second.key, *destination.root.store,
+                       destination.root.key + relative, &progress);
+        if (!status.ok()) {
+          absl::MutexLock lock(&mu);
+          ++failed;
+          if (first_error.empty()) first_error = std::string(status.message());
+          std::fprintf(stderr, "%s: failed: %s -> %s: %s\n", command,
+                       source.root.store->Url(entry->second.key).c_str(),
+                       destination.root.store->Url(destination.root.key + relative).c_str(),
+                       std::string(status.message()).c_str());
+        }
+      });
+    }
+  }
+  progress.Finish();
+  std::fprintf(stderr, "%s: %zu of %zu objects copied (%s)%s in %.2f s\n", command,
+               todo.size() - failed, source.objects.size(), HumanBytes(bytes).c_str(),
+               sync ? StrCat(", ", up_to_date, " up to date").c_str() : "",
+               absl::ToDoubleSeconds(absl::Now() - start));
+  if (failed > 0) {
+    return absl::UnavailableError(StrCat(failed, " of ", todo.size(), " copies failed (first: ",
+                                         first_error, "); run the command again to retry them"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -138,8 +277,10 @@ void RegisterIoCommands(CLI::App& app, absl::Status* result) {
     int64_t length = -1;
   } args;
 
-  auto* ls = app.add_subcommand("ls", "List objects under a URL (s3://bucket/prefix, path, ...)");
-  ls->add_option("URL", args.url, "bucket, prefix, folder or object")->required();
+  auto* ls = app.add_subcommand(
+      "ls", "List objects under a URL (s3://bucket/prefix, path, ...); `ls s3://` lists buckets");
+  ls->add_option("URL", args.url, "s3:// (the buckets), bucket, prefix, folder or object")
+      ->required();
   ls->add_flag("-r,--recursive", args.recursive, "list every object below, not just one level");
   ls->callback([result] { *result = Ls(args.url, args.recursive); });
 
@@ -150,11 +291,34 @@ void RegisterIoCommands(CLI::App& app, absl::Status* result) {
   cat->add_option("--length", args.length, "number of bytes (default: to the end)");
   cat->callback([result] { *result = Cat(args.url, args.offset, args.length); });
 
+  static CopyOptions copy;
   auto* cp =
-      app.add_subcommand("cp", "Copy one object between URLs (a DST ending in '/' keeps the name)");
+      app.add_subcommand("cp",
+                         "Copy one object between URLs (a DST ending in '/' keeps the name); with "
+                         "--recursive, every object below a prefix or folder");
   cp->add_option("SRC", args.src, "source URL")->required();
   cp->add_option("DST", args.dst, "destination URL")->required();
-  cp->callback([result] { *result = Cp(args.src, args.dst); });
+  cp->add_flag("-r,--recursive", args.recursive,
+               "copy every object below SRC (a prefix or folder) to the same names below DST");
+  cp->add_option("-j,--jobs", copy.jobs, "objects copied at once with --recursive (default 8)")
+      ->check(CLI::PositiveNumber);
+  AddProgressFlags(cp, &copy.progress);
+  cp->callback([result] {
+    *result = args.recursive ? CopyTree(args.src, args.dst, /*sync=*/false, copy)
+                             : Cp(args.src, args.dst, copy);
+  });
+
+  auto* sync = app.add_subcommand(
+      "sync",
+      "Make DST (a prefix or folder) hold every object of SRC: copies the objects that are "
+      "missing, differ in size or ETag, or are newer in SRC; deletes nothing");
+  sync->add_option("SRC", args.src, "source prefix or folder (s3://bucket/prefix/, path)")
+      ->required();
+  sync->add_option("DST", args.dst, "destination prefix or folder")->required();
+  sync->add_option("-j,--jobs", copy.jobs, "objects copied at once (default 8)")
+      ->check(CLI::PositiveNumber);
+  AddProgressFlags(sync, &copy.progress);
+  sync->callback([result] { *result = CopyTree(args.src, args.dst, /*sync=*/true, copy); });
 }
 
 }  // namespace stoker::cli

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "stoker/cli/commands.h"
+#include "stoker/cli/progress.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/pipeline.h"
@@ -25,6 +26,7 @@ struct RunOptions {
   int threads = 0;
   std::string checkpoint;  // write a resume token here when stopping before the end
   std::string resume;      // start from the token in this file
+  ProgressMode progress = ProgressMode::kAuto;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -61,6 +63,13 @@ absl::Status Run(const RunOptions& o) {
   std::unique_ptr<data::PipelineIterator> it;
   std::vector<std::unique_ptr<data::PipelineIterator>> finished;  // kept for their stats
   bool stopped_early = false;
+  Progress progress("run", "elements", o.progress);
+  if (std::optional<int64_t> per_epoch = pipeline->Cardinality()) {
+    int64_t total = *per_epoch * o.epochs;
+    progress.SetTotals(0, o.max_elements >= 0 ? std::min(total, o.max_elements) : total);
+  } else if (o.max_elements >= 0) {
+    progress.SetTotals(0, o.max_elements);
+  }
   for (int64_t epoch = first_epoch; epoch < o.epochs; ++epoch) {
     it = pipeline->MakeIterator(epoch, o.threads);
     if (!token.empty()) {
@@ -79,6 +88,7 @@ absl::Status Run(const RunOptions& o) {
       ++elements;
       samples += static_cast<int64_t>(e->keys.size());
       bytes += static_cast<int64_t>(e->ByteSize());
+      progress.Add(static_cast<int64_t>(e->ByteSize()), 1);
       if (o.print_keys) {
         for (const std::string& key : e->keys) std::printf("%s\n", key.c_str());
       }
@@ -87,6 +97,7 @@ absl::Status Run(const RunOptions& o) {
     finished.push_back(std::move(it));
   }
   std::fflush(stdout);
+  progress.Finish();
   if (!o.checkpoint.empty()) {
     if (stopped_early && it) {
       ASSIGN_OR_RETURN(std::string saved, it->Save());
@@ -159,6 +170,7 @@ void RegisterRunCommands(CLI::App& app, absl::Status* result) {
   run->add_option("--checkpoint", o->checkpoint,
                   "when stopping at --max-elements, write a resume token to this file");
   run->add_option("--resume", o->resume, "continue from a token written by --checkpoint");
+  AddProgressFlags(run, &o->progress);
   run->callback([=] { *result = Run(*o); });
 }
 

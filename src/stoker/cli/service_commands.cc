@@ -17,6 +17,7 @@
 #include "stoker/cli/commands.h"
 #include "stoker/core/log_setup.h"
 #include "stoker/core/metrics.h"
+#include "stoker/cli/progress.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/image.h"
@@ -177,6 +178,7 @@ struct ConsumeOptions {
   int heartbeat_ms = 200;
   int linger_ms = 0;
   std::string log_format = "text";
+  ProgressMode progress = ProgressMode::kAuto;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -299,6 +301,8 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     if (!token.ok()) return token.status();
     return WriteCheckpoint(o.checkpoint, *token);
   };
+  Progress progress("consume", "elements", o.progress);
+  if (o.max_elements >= 0) progress.SetTotals(0, o.max_elements);
   while (o.max_elements < 0 || elements < o.max_elements) {
     auto e = client->GetNext();
     if (!e.ok()) {
@@ -316,6 +320,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     ++elements;
     ++epoch_elements;
     samples += static_cast<int64_t>((*e)->keys.size());
+    progress.Add(static_cast<int64_t>((*e)->ByteSize()), 1);
     if (o.print_keys)
       for (const auto& k : (*e)->keys) std::fprintf(stdout, "%s\n", k.c_str());
     if (o.checkpoint_every > 0 && elements % o.checkpoint_every == 0) {
@@ -327,6 +332,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   // Interrupted, at --max-elements or at the end: the token says what was delivered.
   if (absl::Status s = checkpoint(); !s.ok() && status.ok()) status = s;
   current = nullptr;
+  progress.Finish();
   double seconds = Seconds(start);
   if (health && o.linger_ms > 0 && !interrupted) {
     std::this_thread::sleep_for(std::chrono::milliseconds(o.linger_ms));
@@ -621,6 +627,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "that a scraper reads the final counts (default 0)")
       ->check(CLI::NonNegativeNumber);
   AddLogOptions(c, &consume_options.log_format, "warn");
+  AddProgressFlags(c, &consume_options.progress);
   c->callback([=] { *result = RunConsume(consume_options); });
 
   static DemoOptions demo_options;

@@ -143,6 +143,36 @@ absl::StatusOr<absl::Time> ParseIso8601(std::string_view value) {
   return time;
 }
 
+absl::StatusOr<std::vector<ObjectInfo>> ParseListBuckets(std::string_view xml) {
+  XMLDocument doc;
+  absl::StatusOr<const XMLElement*> root =
+      ParseRoot(doc, xml, "ListBuckets", "ListAllMyBucketsResult");
+  if (!root.ok()) return root.status();
+  std::vector<ObjectInfo> buckets;
+  const XMLElement* list = Child(*root, "Buckets");
+  if (list == nullptr) return buckets;
+  for (const XMLElement* e = list->FirstChildElement(); e; e = e->NextSiblingElement()) {
+    if (LocalName(e) != "Bucket") continue;
+    const std::string where = StrCat("ListBuckets response: <Bucket> #", buckets.size() + 1);
+    const XMLElement* name = Child(e, "Name");
+    if (name == nullptr || Text(name).empty()) {
+      return absl::InvalidArgumentError(StrCat(where, " has no <Name>"));
+    }
+    ObjectInfo bucket;
+    bucket.key = Text(name);
+    if (const XMLElement* created = Child(e, "CreationDate")) {
+      absl::StatusOr<absl::Time> time = ParseIso8601(Text(created));
+      if (!time.ok()) {
+        return absl::InvalidArgumentError(
+            StrCat(where, " <CreationDate>: ", time.status().message()));
+      }
+      bucket.mtime = *time;
+    }
+    buckets.push_back(std::move(bucket));
+  }
+  return buckets;
+}
+
 absl::StatusOr<ListObjectsV2Result> ParseListObjectsV2(std::string_view xml) {
   XMLDocument doc;
   absl::StatusOr<const XMLElement*> root_or =

@@ -34,6 +34,10 @@ struct ListObjectsV2Result {
 // each CommonPrefixes; NextContinuationToken when IsTruncated is true.
 absl::StatusOr<ListObjectsV2Result> ParseListObjectsV2(std::string_view xml);
 
+// The buckets of a ListAllMyBucketsResult (GET / on the endpoint): key = bucket name, mtime =
+// CreationDate (size and etag unset). Required: the root element and each bucket's <Name>.
+absl::StatusOr<std::vector<ObjectInfo>> ParseListBuckets(std::string_view xml);
+
 // The UploadId of an InitiateMultipartUploadResult.
 absl::StatusOr<std::string> ParseInitiateMultipartUpload(std::string_view xml);
 

@@ -9,6 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace stoker::io::s3;
   std::string_view input(reinterpret_cast<const char*>(data), size);
   (void)ParseListObjectsV2(input);
+  (void)ParseListBuckets(input);
   (void)ParseInitiateMultipartUpload(input);
   (void)ParseCompleteMultipartUpload(input, "s3://fuzz/key", "AKIDFUZZ");
   (void)ParseError(input);

@@ -103,6 +103,29 @@ TEST(ListObjectsV2Test, ErrorsNameTheElement) {
   }
 }
 
+TEST(ListBucketsTest, NamesAndCreationDates) {
+  auto buckets = ParseListBuckets(R"(<?xml version="1.0" encoding="UTF-8"?>
+<ListAllMyBucketsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Owner><ID>o</ID></Owner>
+  <Buckets>
+    <Bucket><Name>cli</Name><CreationDate>2009-10-12T17:50:30.000Z</CreationDate></Bucket>
+    <Bucket><Name>data</Name></Bucket>
+  </Buckets>
+</ListAllMyBucketsResult>)");
+  ASSERT_TRUE(buckets.ok()) << buckets.status();
+  ASSERT_EQ(buckets->size(), 2u);
+  EXPECT_EQ((*buckets)[0].key, "cli");
+  EXPECT_EQ((*buckets)[0].mtime, absl::FromUnixSeconds(1255369830));
+  EXPECT_EQ((*buckets)[1].key, "data");
+  EXPECT_TRUE(ParseListBuckets("<ListAllMyBucketsResult/>")->empty());
+  EXPECT_THAT(ParseListBuckets("<ListAllMyBucketsResult><Buckets><Bucket/></Buckets>"
+                               "</ListAllMyBucketsResult>")
+                  .status()
+                  .message(),
+              HasSubstr("<Bucket> #1 has no <Name>"));
+  EXPECT_FALSE(ParseListBuckets("<ListBucketResult/>").ok());
+}
+
 TEST(Iso8601Test, Variants) {
   const absl::Time want =
       absl::FromCivil(absl::CivilSecond(2009, 10, 12, 17, 50, 30), absl::UTCTimeZone());
