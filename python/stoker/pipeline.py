@@ -9,7 +9,10 @@ import copy
 import json
 import os
 
-from . import _stoker
+from . import _length, _stoker
+
+# Functions of Pipeline.map in this process, by the name the spec's python_map op carries.
+_python_functions = {}
 
 
 class Pipeline:
@@ -127,6 +130,18 @@ class Pipeline:
                                 flip_direction=flip_direction, mean=mean, std=std, scale=scale,
                                 stream=stream, in_flight=in_flight))
 
+    def map(self, fn, buffer=None):
+        """Runs fn(element) -> element in Python on every element: a dict of numpy arrays (plus
+        "__keys__") in, a dict of arrays (numpy, or anything numpy.asarray takes: torch CPU
+        tensors, lists) or bytes out, dtypes uint8/int32/int64/float32; an array returned
+        unchanged is not copied. fn runs on a thread of its own that holds the GIL while it runs
+        (one element at a time, `buffer` elements ahead, default 2); its CPU time is the stage
+        "ops[i].python_map" of iterator.stats(). In-process only: the service and `stoker run`
+        refuse it (write the step as a C++ plugin op for those, docs/pipeline.md)."""
+        if not callable(fn):
+            raise TypeError(f"map(fn): fn must be callable, got {type(fn).__name__}")
+        return self.op("python_map", fn=_register_python_function(fn), **_given(buffer=buffer))
+
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
                    deterministic=None, sharding="dynamic", compression="none",
                    partial_round="drop", num_epochs=None, no_worker_timeout=0):
@@ -151,6 +166,12 @@ class Pipeline:
         network, not the workers' CPU, is the limit). num_epochs: epochs the job may run (default:
         as many as you iterate). no_worker_timeout: seconds without any worker before an error
         (default 0: wait, logging every 10 s)."""
+        for i, op in enumerate(self._spec.get("ops", [])):
+            if op.get("op") == "python_map":
+                raise ValueError(
+                    f"distribute: ops[{i}] is map(fn), a Python function, which the service's "
+                    "workers (C++ processes) cannot run; write that step as a C++ plugin op "
+                    "(docs/pipeline.md, \"plugins\"), or run this pipeline in-process")
         if not getattr(_stoker, "HAVE_SERVICE", False):
             raise NotImplementedError(
                 "Pipeline.distribute: this build has no service client (src/stoker/service); "
@@ -202,6 +223,36 @@ class Pipeline:
         """Samples per epoch of an indexed source; None for streams."""
         return self._compile().source_size
 
+    def num_elements(self, rank=0, world_size=1):
+        """Elements (batches, after batch) one epoch yields to rank `rank` of `world_size`;
+        TypeError naming the op or source when that is not known without running."""
+        return _length.elements_per_epoch(self._spec, self.source_size, rank, world_size)
+
+    def __len__(self):
+        """Elements (batches) per epoch, as iterating yields them; TypeError when unknown."""
+        return self.num_elements()
+
+    @property
+    def classes(self):
+        """Class names of a dataset converted from a folder tree (sorted class folders, empty
+        ones included, as torchvision's ImageFolder): samples' "cls" field i means classes[i]."""
+        source = self._spec.get("source", {})
+        if "dataset" not in source:
+            raise ValueError("classes: only a converted dataset (stoker.dataset(url)) records "
+                             f"class names; this pipeline's source is {sorted(source)}")
+        url = source["dataset"]
+        names = _stoker.dataset_classes(url)
+        if not names:
+            raise ValueError(f"classes: the manifest of {url} lists no classes: it was not "
+                             "converted from a folder tree root/<class>/<file> (or by a stoker "
+                             "before class names were recorded: run `stoker convert` again)")
+        return names
+
+    @property
+    def class_to_idx(self):
+        """{class name: index}, as torchvision's ImageFolder.class_to_idx."""
+        return {name: i for i, name in enumerate(self.classes)}
+
     def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
         """An Iterator over epoch `epoch`. threads > 0 overrides the spec's CPU pool. With
         world_size > 1 (indexed sources only) this rank reads positions
@@ -233,6 +284,10 @@ class Iterator:
 
     def __next__(self):
         return self._native.__next__()
+
+    def stats(self):
+        """The stage report: per stage, its CPU seconds, elements, bytes and skipped elements."""
+        return self._native.stats()
 
     @property
     def epoch(self):
@@ -363,6 +418,11 @@ class DistributedPipeline:
         self._exhausted_epoch = None
         return c
 
+    def __len__(self):
+        raise TypeError("len() is unknown on the service: the job's consumers take splits as "
+                        "they go, so how many elements each one gets is not known in advance "
+                        "(count the batches of one epoch, or use len() of the in-process pipeline)")
+
     def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
         """An iterator over epoch `epoch` of the job. With world_size > 1 and no num_consumers of
         its own, the job is read with coordinated reads by world_size ranks (this one is `rank`);
@@ -468,6 +528,18 @@ class ServiceIterator:
         fresh = self._owner.iterator(epoch=int(state["epoch"]))
         self._consumer, self._epoch, self._done = fresh._consumer, fresh._epoch, False
         self._owner._open_iterator = self
+
+
+def _register_python_function(fn):
+    """A name for fn in _python_functions, stable across runs of the same program (module and
+    qualified name, numbered when several functions share one), so checkpoints still match."""
+    base = f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    name, n = base, 1
+    while name in _python_functions and _python_functions[name] is not fn:
+        n += 1
+        name = f"{base}#{n}"
+    _python_functions[name] = fn
+    return name
 
 
 def _given(**params):

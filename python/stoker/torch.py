@@ -7,7 +7,9 @@ stoker batches and parallelises in C++, so the DataLoader must neither batch aga
 (batch_size=None) nor fork workers (num_workers=0): workers would each run the whole pipeline and
 copy every batch through shared memory. Tensors come from torch.from_numpy: they share memory with
 stoker's buffers (read-only; don't write into them in place). pin_memory=True copies each batch
-into page-locked memory (one copy) for faster host-to-GPU transfer.
+into page-locked memory (one copy) for faster host-to-GPU transfer; it needs CUDA.
+len(ds) is the number of batches this rank gets per epoch (TypeError when the spec makes it
+unknowable, e.g. a filter); a DataLoader that batches again (batch_size not None) is refused.
 
 device="cuda" (or "cuda:N", a torch.device) yields CUDA tensors instead: the pipeline gets a
 to_device op at its end if it has none (stoker then stages each batch in pinned memory, copies it
@@ -21,6 +23,7 @@ epoch's sample order (indexed sources).
 Thread safety: one iteration at a time per dataset object (as with a DataLoader).
 """
 import os
+import sys
 import warnings
 
 import torch as _torch
@@ -46,6 +49,12 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         super().__init__()
         if not hasattr(pipeline, "iterator"):  # a Pipeline or pipe.distribute(...) is used as is
             pipeline = Pipeline.from_spec(pipeline)
+        if pin_memory and not _torch.cuda.is_available():
+            raise ValueError(
+                "pin_memory=True needs CUDA (page-locked memory speeds up copies to a GPU), but "
+                f"torch.cuda.is_available() is False (torch {_torch.__version__}, built with CUDA "
+                f"{_torch.version.cuda}): drop pin_memory, or install a CUDA build of torch on a "
+                "machine with a GPU")
         if device is not None:
             pipeline = _on_device(pipeline, _torch.device(device))
         default_rank, default_world = _default_rank_world()
@@ -62,10 +71,20 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         """The epoch the next iteration runs (shuffles differ per epoch)."""
         self._epoch = epoch
 
+    def __len__(self):
+        """Batches (elements) this rank gets per epoch; TypeError saying why when unknown."""
+        if not hasattr(self.pipeline, "num_elements"):
+            return len(self.pipeline)  # DistributedPipeline: raises TypeError with the reason
+        return self.pipeline.num_elements(self.rank, self.world_size)
+
     def __iter__(self):
         if _torch.utils.data.get_worker_info() is not None:
             raise RuntimeError("stoker.torch.IterableDataset runs its own threads: use "
                                "DataLoader(ds, batch_size=None, num_workers=0)")
+        _refuse_dataloader_batching(sys._getframe(1))
+        return self._generate()
+
+    def _generate(self):
         it = self.pipeline.iterator(epoch=self._epoch, threads=self.threads, rank=self.rank,
                                     world_size=self.world_size)
         if self._pending_state is not None:
@@ -90,6 +109,13 @@ class IterableDataset(_torch.utils.data.IterableDataset):
                 tensor = tensor.pin_memory()
             out[name] = tensor
         return out
+
+    def loader(self, **kwargs):
+        """torch.utils.data.DataLoader(self, batch_size=None, num_workers=0, **kwargs): the
+        DataLoader settings that fit stoker."""
+        kwargs.setdefault("batch_size", None)
+        kwargs.setdefault("num_workers", 0)
+        return _torch.utils.data.DataLoader(self, **kwargs)
 
     def state_dict(self):
         """The position after the last batch yielded by the current iteration (for checkpoints)."""
@@ -119,3 +145,20 @@ def _on_device(pipeline, device):
         raise ValueError(f"device={device} but the pipeline's to_device op names device "
                          f"{op.get('device', 0)}")
     return pipeline
+
+
+def _refuse_dataloader_batching(frame):
+    """DataLoader(ds) defaults to batch_size=1: it would collate stoker's batches again, adding a
+    dimension to every tensor. The DataLoader's fetcher calls iter(ds) with its auto_collation
+    flag set; refuse that, naming the fix."""
+    for _ in range(4):
+        if frame is None:
+            return
+        fetcher = frame.f_locals.get("self")
+        if getattr(fetcher, "auto_collation", False) and hasattr(fetcher, "dataset"):
+            raise ValueError(
+                "stoker.torch.IterableDataset yields ready batches, but this DataLoader batches "
+                "them again (its batch_size is not None; the default is 1), which adds a "
+                "dimension to every tensor: use DataLoader(ds, batch_size=None, num_workers=0), "
+                "or ds.loader()")
+        frame = frame.f_back

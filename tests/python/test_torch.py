@@ -1,8 +1,10 @@
 """The torch adapter and the example (one module: Debian's torch takes seconds to import)."""
 import importlib.util
 import os
+import subprocess
 
 import numpy as np
+import pytest
 import torch
 
 import stoker
@@ -63,3 +65,41 @@ def test_example_trains_a_few_steps(shards, capsys):
     out = capsys.readouterr().out
     assert "images/s" in out and "step 6" in out
     assert np.isfinite(loss)
+
+
+def test_len_of_the_dataset_and_loader_is_this_ranks_batches(shards):
+    pipe = stoker.dataset(shards).map_field(keep=["cls"]).batch(7)
+    for world_size in (1, 2, 4):
+        for rank in range(world_size):
+            ds = stoker.torch.IterableDataset(pipe, rank=rank, world_size=world_size)
+            loader = ds.loader()
+            assert len(ds) == len(loader) == sum(1 for _ in loader), (rank, world_size)
+
+
+def test_a_dataloader_that_batches_again_is_refused():
+    ds = stoker.torch.IterableDataset(stoker.memory_range(8).batch(4))
+    with pytest.raises(ValueError, match="batch_size=None"):
+        next(iter(torch.utils.data.DataLoader(ds)))  # default batch_size=1
+    with pytest.raises(ValueError, match="adds a dimension"):
+        next(iter(torch.utils.data.DataLoader(ds, batch_size=2)))
+    batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=None)))
+    assert batch["value"].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
+def test_pin_memory_without_cuda_says_so():
+    with pytest.raises(ValueError, match="pin_memory=True needs CUDA.*is_available\\(\\) is False"):
+        stoker.torch.IterableDataset(stoker.memory_range(8).batch(4), pin_memory=True)
+
+
+def test_classes_match_torchvisions_image_folder(tmp_path, stoker_bin, make_images_bin):
+    from torchvision.datasets.folder import find_classes
+    images = tmp_path / "images"
+    subprocess.run([make_images_bin, str(images), "--classes", "4", "--per-class", "1",
+                    "--width", "16", "--height", "16"], check=True, stdout=subprocess.DEVNULL)
+    (images / "0-empty").mkdir()
+    subprocess.run([stoker_bin, "convert", str(images), str(tmp_path / "shards")], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    classes, class_to_idx = find_classes(str(images))
+    pipe = stoker.dataset(tmp_path / "shards")
+    assert pipe.classes == classes and pipe.class_to_idx == class_to_idx

@@ -96,7 +96,7 @@ TEST(ConvertTest, FolderTreeRecordsClassNamesAndEmptyClassFoldersKeepTheirIndex)
   ASSERT_TRUE(summary.ok()) << summary.status();
   const std::vector<std::string> classes = {"ant", "bee", "cat"};
   EXPECT_EQ(summary->manifest.classes, classes);
-  auto ds = Dataset::Open(dir.path() + "/out/");
+  auto ds = ShardedDataset::Open(dir.path() + "/out/");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->manifest().classes, classes);
   ExpectDataset(dir.path() + "/out", {{"ant/a0", {{"jpg", "a0"}, {"cls", "0"}}},
