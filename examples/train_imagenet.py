@@ -3,7 +3,7 @@
 
     python3 examples/train_imagenet.py                          # in-process
     python3 examples/train_imagenet.py --service                # on a stoker service it starts
-    torchrun --nproc_per_node 2 examples/train_imagenet.py      # torch.distributed, 2 processes
+    torchrun --redirects 1 --tee 1 --nproc_per_node 2 examples/train_imagenet.py  # 2 processes
 
 The data: a JPEG folder tree root/<class>/<image>.jpg (generated, or --data with a converted
 dataset), converted by `stoker convert`; stoker shuffles, decodes, crops, flips, normalises and
@@ -104,9 +104,13 @@ class LocalService:
         return self
 
     def __exit__(self, *exc):
-        for process in reversed(self.processes):
+        # Workers first (each drains and tells the dispatcher it leaves), then the dispatcher.
+        workers, dispatcher = self.processes[1:], self.processes[0]
+        for process in workers:
             process.terminate()
-        for process in self.processes:
+        for process in workers + [dispatcher]:
+            if process is dispatcher:
+                process.terminate()
             process.wait(timeout=30)
 
 
@@ -162,8 +166,8 @@ def main(argv=None):
                                                      f"stoker-imagenet-example-{os.getuid()}"))
     p.add_argument("--classes", type=int, default=4, help="classes to generate")
     p.add_argument("--per-class", type=int, default=16, help="images per class to generate")
-    p.add_argument("--image-size", type=int, default=72, help="generated images' side")
-    p.add_argument("--crop", type=int, default=56, help="random-resized-crop side")
+    p.add_argument("--image-size", type=int, default=48, help="generated images' side")
+    p.add_argument("--crop", type=int, default=32, help="random-resized-crop side")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.05)

@@ -290,15 +290,34 @@ class Iterator {
   std::unique_ptr<data::PipelineIterator> it_;
 };
 
+// Hands the source one contiguous range of positions: this rank's share of the epoch order.
+// Unlike data::SingleSplit (one pass, as a worker's split), it hands the range again after each
+// end, so a `repeat` after the source reads this rank's share in every repetition.
+class RankShare : public data::SplitProvider {
+ public:
+  explicit RankShare(data::Split split) : split_(split) {}
+  // The split, then the end; then the split again, for the next pass of the source (a `repeat`
+  // reopens it for each repetition, which reads this rank's share of that epoch's order).
+  absl::StatusOr<std::optional<data::Split>> GetNext() override {
+    done_ = !done_;
+    if (!done_) return std::nullopt;
+    return split_;
+  }
+
+ private:
+  data::Split split_;
+  bool done_ = false;
+};
+
 // An Iterator that owns its split provider (declared first so it outlives the iterator).
 class ShardedIterator : public Iterator {
  public:
-  ShardedIterator(std::unique_ptr<data::SingleSplit> splits,
+  ShardedIterator(std::unique_ptr<RankShare> splits,
                   std::unique_ptr<data::PipelineIterator> it)
       : Iterator(std::move(it)), splits_(std::move(splits)) {}
 
  private:
-  std::unique_ptr<data::SingleSplit> splits_;
+  std::unique_ptr<RankShare> splits_;
 };
 
 // ---- python_map: Pipeline.map(fn) --------------------------------------------------------
@@ -307,7 +326,8 @@ class ShardedIterator : public Iterator {
 // then takes the GIL to call fn(dict) -> dict, and queues the result (`buffer` elements ahead).
 // Its StageStats ("ops[i].python_map") count the CPU time spent converting and in fn. Checkpoints
 // replay: the state is the input's state when the stage started plus the number of elements
-// returned; Restore re-reads that many input elements without calling fn.
+// returned; Restore re-reads that many input elements without calling fn. Errors of fn or of
+// what it returns are Unknown (stoker.StokerError in Python), naming the stage and the sample.
 
 bool PythonAlive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
 
@@ -359,11 +379,11 @@ absl::StatusOr<data::Tensor> ToTensor(const std::string& stage, const std::strin
   } else if (kind == 'f' && size == 4) {
     tensor.dtype = data::DType::kFloat32;
   } else {
-    return absl::InvalidArgumentError(StrCat(stage, ": field '", name,
-                                             "' returned by the Python function has dtype ",
-                                             std::string(py::str(array.dtype())),
-                                             "; stoker tensors are uint8, int32, int64 or float32 "
-                                             "(convert it, e.g. array.astype(numpy.float32))"));
+    return absl::UnknownError(StrCat(stage, ": field '", name,
+                                     "' returned by the Python function has dtype ",
+                                     std::string(py::str(array.dtype())),
+                                     "; stoker tensors are uint8, int32, int64 or float32 "
+                                     "(convert it, e.g. array.astype(numpy.float32))"));
   }
   for (py::ssize_t i = 0; i < array.ndim(); ++i) tensor.shape.push_back(array.shape(i));
   MutableBuffer bytes(static_cast<size_t>(array.nbytes()));
@@ -493,7 +513,7 @@ class PythonMapIterator : public data::Iterator {
       py::dict in_dict = ElementToDict(in);
       py::object out = node_.fn_->get()(in_dict);
       if (!py::isinstance<py::dict>(out)) {
-        result = absl::InvalidArgumentError(
+        result = absl::UnknownError(
             StrCat(node_.stage_, ": the Python function must return a dict of arrays (got ",
                    std::string(py::str(py::type::handle_of(out).attr("__name__"))), ") for sample ",
                    in.FirstKey()));
@@ -524,11 +544,11 @@ class PythonMapIterator : public data::Iterator {
         }
       }
     } catch (py::error_already_set& e) {
-      result = absl::InvalidArgumentError(StrCat(node_.stage_, ": the Python function raised ",
-                                                 e.what(), " (sample ", in.FirstKey(), ")"));
+      result = absl::UnknownError(StrCat(node_.stage_, ": the Python function raised ", e.what(),
+                                         " (sample ", in.FirstKey(), ")"));
     } catch (const std::exception& e) {
-      result = absl::InvalidArgumentError(
-          StrCat(node_.stage_, ": ", e.what(), " (sample ", in.FirstKey(), ")"));
+      result =
+          absl::UnknownError(StrCat(node_.stage_, ": ", e.what(), " (sample ", in.FirstKey(), ")"));
     }
     stats_->busy_ns += ThreadCpuNanos() - start;
     return result;
@@ -949,7 +969,7 @@ PYBIND11_MODULE(_stoker, m) {
                   "world_size > 1 needs an indexed source ({\"dataset\": URL}, range or memory); "
                   "streams (tar, tfrecord) cannot be split by rank in-process");
             }
-            auto splits = std::make_unique<data::SingleSplit>(
+            auto splits = std::make_unique<RankShare>(
                 data::Split{*n * rank / world_size, *n * (rank + 1) / world_size});
             auto it = p.MakeIterator(epoch, threads, splits.get());
             return std::make_unique<ShardedIterator>(std::move(splits), std::move(it));

@@ -22,7 +22,7 @@ def count(pipe, **kw):
     lambda p: p.shuffle(seed=3).batch(7).prefetch(2),
     lambda p: p.skip(5).batch(4).take(9),
     lambda p: p.batch(16).repeat(3),
-    lambda p: p.map_field(keep=["cls"]).padded_batch(11, drop_remainder=True),
+    lambda p: p.take(13).batch(5).skip(1),
 ])
 def test_len_equals_the_batches_yielded(shards, build):
     pipe = build(stoker.dataset(shards).map_field(keep=["cls"]))
@@ -125,7 +125,7 @@ def test_map_errors_name_the_stage_and_the_sample(shards):
     def boom(element):
         raise KeyError("no such thing")
 
-    with pytest.raises(stoker.StokerError, match=r"ops\[0\]\.python_map: the Python function "
+    with pytest.raises(stoker.StokerError, match=r"(?s)ops\[0\]\.python_map: the Python function "
                                                  r"raised KeyError.*no such thing.*sample"):
         list(stoker.dataset(shards).map(boom))
     with pytest.raises(stoker.StokerError, match="dtype float64.*astype"):

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const CLI::App* command = SelectedCommand(app);
     std::fprintf(stderr, "stoker: %s\n%sRun `%s --help` for more information.\n", e.what(),
-                 command->get_formatter()->make_usage(command, CommandPath(command)).c_str(),
+                 CLI::Formatter().make_usage(command, CommandPath(command)).c_str(),
                  CommandPath(command).c_str());
     return 2;
   }
