@@ -189,6 +189,7 @@ TEST_F(CliS3Test, ExitCodesUsageVersionAndEnvironmentInHelp) {
   auto failure = testing::RunCommand({Stoker(), "run", dir_ + "/missing.json"});
   EXPECT_EQ(failure->exit_code, 1);
   EXPECT_THAT(failure->output, HasSubstr("missing.json"));
+  WriteRandomFile(dir_ + "/in-a-folder.bin", 10, 1);
   auto folder = testing::RunCommand({Stoker(), "cp", dir_, dir_ + "-copy"});
   EXPECT_EQ(folder->exit_code, 1);
   EXPECT_THAT(folder->output, HasSubstr("use `stoker cp --recursive` or `stoker sync`"));
