@@ -45,8 +45,10 @@ def run(command, **kwargs):
 def cmake_build():
     """Configures (once) and builds the targets the wheel needs; returns (extension, binary)."""
     env = dict(os.environ)
-    env.setdefault("CCACHE_BASEDIR", ROOT)
-    env.setdefault("CCACHE_NOHASHDIR", "1")
+    # This folder, whatever the caller set: a basedir inherited from another checkout (make test
+    # exports its own) would leave absolute paths in the cache keys, and every compile would miss.
+    env["CCACHE_BASEDIR"] = ROOT
+    env["CCACHE_NOHASHDIR"] = "1"
     for tool in ("cmake", "ninja"):
         if shutil.which(tool) is None:
             raise SystemExit(f"setup.py: `{tool}` is not installed; on Debian 12 run "

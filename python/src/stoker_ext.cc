@@ -312,8 +312,7 @@ class RankShare : public data::SplitProvider {
 // An Iterator that owns its split provider (declared first so it outlives the iterator).
 class ShardedIterator : public Iterator {
  public:
-  ShardedIterator(std::unique_ptr<RankShare> splits,
-                  std::unique_ptr<data::PipelineIterator> it)
+  ShardedIterator(std::unique_ptr<RankShare> splits, std::unique_ptr<data::PipelineIterator> it)
       : Iterator(std::move(it)), splits_(std::move(splits)) {}
 
  private:

@@ -192,7 +192,7 @@ TEST_F(CliS3Test, ExitCodesUsageVersionAndEnvironmentInHelp) {
   WriteRandomFile(dir_ + "/in-a-folder.bin", 10, 1);
   auto folder = testing::RunCommand({Stoker(), "cp", dir_, dir_ + "-copy"});
   EXPECT_EQ(folder->exit_code, 1);
-  EXPECT_THAT(folder->output, HasSubstr("use `stoker cp --recursive` or `stoker sync`"));
+  EXPECT_THAT(folder->output, HasSubstr("copy it with `stoker cp --recursive` or `stoker sync`"));
   auto version = testing::RunCommandOk({Stoker(), "--version"});
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_THAT(*version, ::testing::MatchesRegex("stoker [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit "

@@ -39,8 +39,9 @@ PY
 # The command: on PATH once the venv is active, reporting this commit.
 . "$v/bin/activate"
 [ "$(command -v stoker)" = "$v/bin/stoker" ] || { echo "stoker is not the venv's"; exit 1; }
-stoker --version | grep -qx "stoker [0-9]*\.[0-9]*\.[0-9]* (commit $commit)" \
-  || { echo "unexpected version line: $(stoker --version)"; exit 1; }
+version=$(stoker --version)
+[[ $version =~ ^stoker\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ $commit\)$ ]] \
+  || { echo "unexpected version line: $version"; exit 1; }
 
 # A pipeline run: the installed CLI converts and runs, the installed package iterates.
 "$make_images" images --classes 2 --per-class 8 --width 32 --height 24 >/dev/null

@@ -62,7 +62,8 @@ TEST(ConvertTest, FolderTree) {
   int seed = 0;
   for (const std::string& c : classes) {
     for (int i = 0; i < 12; ++i) {
-      std::string bytes = Bytes(++seed, 2000 + seed * 37);
+      ++seed;
+      std::string bytes = Bytes(seed, 2000 + seed * 37);
       WriteFile(StrCat(dir.path(), "/src/", c, "/img", i, ".jpg"), bytes);
       expected[StrCat(c, "/img", i)] = {{"jpg", bytes}, {"cls", std::to_string(index[c])}};
     }
