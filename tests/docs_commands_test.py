@@ -76,8 +76,10 @@ def main():
                                  text=True).stdout
         for name, value in re.findall(r"export (\w+)=(\S+)", exports):
             env[name] = value.strip("'\"")
-        # What the README's object-store examples name.
+        # What the README's object-store examples name. Debian's AWS CLI predates
+        # AWS_ENDPOINT_URL: it gets the endpoint as a flag.
         setup = f"""
+            aws() {{ command aws --endpoint-url "$AWS_ENDPOINT_URL" "$@"; }}
             aws s3 mb s3://bucket >/dev/null
             head -c 2097152 /dev/urandom > key && aws s3 cp key s3://bucket/key >/dev/null
             echo hello > prefix-file && aws s3 cp prefix-file s3://bucket/prefix/hello >/dev/null
