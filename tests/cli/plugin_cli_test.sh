@@ -19,6 +19,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # Starts a dispatcher and one worker with the given worker flags; sets $address.
 start_service() {
+  # The redirections below happen in the background processes, maybe after the greps: remove the
+  # previous run's files first, or the greps may read the last dispatcher's port.
+  rm -f "$work/dispatcher.out" "$work/worker.out"
   "$stoker" dispatcher --port 0 --http-port 0 > "$work/dispatcher.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q "serving on port" "$work/dispatcher.out" && break; sleep 0.1; done

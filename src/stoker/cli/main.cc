@@ -22,7 +22,8 @@ Environment:
   STOKER_MAX_REQUESTS                HTTP requests in flight per process (default 16)
   STOKER_CACHE_BYTES                 size of the in-memory block cache
   STOKER_CACHE_DIR, STOKER_CACHE_DISK_BYTES  on-disk cache folder and size
-  STOKER_LOG                         trace|debug|info|warn|error|off (default warn)
+  STOKER_LOG                         trace|debug|info|warn|error|off (default warn; info for
+                                     the dispatcher and workers)
 Exit status: 0 success, 1 failure, 2 usage error.)";
 
 // The deepest subcommand the command line selected (the root app when none).
@@ -41,8 +42,11 @@ std::string CommandPath(const CLI::App* app) {
   return path;
 }
 
+// Appends the environment help to every command's footer (after a command's own, e.g. the
+// service commands' log level).
 void AddEnvironmentHelp(CLI::App& app) {
-  app.footer(kEnvironmentHelp);
+  const std::string own = app.get_footer();
+  app.footer(own.empty() ? std::string(kEnvironmentHelp) : own + "\n\n" + kEnvironmentHelp);
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     AddEnvironmentHelp(*sub);
   }
