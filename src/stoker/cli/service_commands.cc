@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "stoker/cli/commands.h"
+#include "stoker/cli/progress.h"
 #include "stoker/core/log_setup.h"
 #include "stoker/core/metrics.h"
-#include "stoker/cli/progress.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/image.h"
