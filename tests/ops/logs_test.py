@@ -18,38 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from ops_common import fail, metric, read, wait_for
 
 STOKER, OUT_DIR = sys.argv[1:3]
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def read(path):
-    return open(path).read() if os.path.exists(path) else ""
-
-
-def wait_for(predicate, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what}")
-
-
-def metric(port, name_and_labels):
-    """The value of one series on a process's /metrics, or None."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-        text = r.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name_and_labels + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def main():

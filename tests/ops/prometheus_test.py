@@ -21,14 +21,11 @@ import time
 import urllib.parse
 import urllib.request
 
+from ops_common import fail
+
 STOKER, MAKE_IMAGES, SOURCE_DIR, OUT_DIR = sys.argv[1:5]
 HTTP_SERVER = os.path.join(SOURCE_DIR, "scripts", "http-test-server")
 SCRAPE_INTERVAL_S = 0.25
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def free_port():

@@ -16,46 +16,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+from ops_common import fail, http_get, metric, read, wait_for
 
 STOKER, MAKE_IMAGES = sys.argv[1:3]
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def read(path):
-    return open(path).read() if os.path.exists(path) else ""
-
-
-def wait_for(predicate, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what}")
-
-
-def http_get(port, path):
-    """(status, body) of GET http://127.0.0.1:port/path."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def metric(port, series):
-    for line in http_get(port, "/metrics")[1].splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    return None
 
 
 def main():

@@ -13,28 +13,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+from ops_common import fail, read, wait_for
 
 STOKER = sys.argv[1]
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def read(path):
-    return open(path).read() if os.path.exists(path) else ""
-
-
-def wait_for(predicate, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what}")
 
 
 def main():
