@@ -329,6 +329,27 @@ std::string Worker::unhealthy_reason() const {
   return unhealthy_;
 }
 
+// Whether a failed task says something about this worker (it could not reach, open or afford the
+// data: NotFound, PermissionDenied, Unavailable, ...) rather than about the job (a spec or sample
+// that is wrong wherever it runs: InvalidArgument, DataLoss, ...). Only the former count towards
+// --unhealthy-after: a run of bad jobs must not take a sound worker out of service.
+namespace {
+bool CountsAgainstWorker(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return false;
+    default:
+      return true;
+  }
+}
+}  // namespace
+
 void Worker::RunTask(Task* task) {
   absl::Status s = task->sharding == "off" ? RunWholePipeline(task) : RunDynamic(task);
   absl::MutexLock lock(&mu_);
@@ -339,7 +360,7 @@ void Worker::RunTask(Task* task) {
         "stoker_worker_task_failures_total", "Tasks that failed on this worker");
     failed.Increment();
     const int n = options_.unhealthy_after_failures;
-    if (++consecutive_failures_ >= n && n > 0 && unhealthy_.empty()) {
+    if (CountsAgainstWorker(s) && ++consecutive_failures_ >= n && n > 0 && unhealthy_.empty()) {
       unhealthy_ =
           StrCat(n, " tasks in a row failed; the last, of job ", task->job_id, ": ", s.message());
       SPDLOG_ERROR("worker {}: unhealthy: {}; it takes no new task until restarted", address_,
