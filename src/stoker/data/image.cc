@@ -95,9 +95,12 @@ void OnPngWarning(png_structp, png_const_charp) {}  // ancillary-chunk problems 
 
 // The part of DecodePng that may longjmp out. It must own no object with a destructor: a longjmp
 // skips destructors, so everything it allocates is owned by the caller (`pixels`, `rgb`, `rows`)
-// or by libpng's structs, which the caller frees.
-void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels,
-             std::vector<uint8_t>* rgb, std::vector<png_bytep>* rows, int* width, int* height) {
+// or by libpng's structs, which the caller frees. Never inlined: the caller's objects it fills
+// must stay in memory, not in registers that the longjmp restores to their values at setjmp
+// (inlined, GCC kept `pixels` in registers and freed a stale pointer after a truncated PNG).
+[[gnu::noinline]] void ReadPng(png_structp png, png_infop info, int channels, UninitBuffer* pixels,
+                               std::vector<uint8_t>* rgb, std::vector<png_bytep>* rows, int* width,
+                               int* height) {
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   if (w == 0 || h == 0 || w > 65535 || h > 65535 || int64_t{w} * h > kMaxPixels) {
