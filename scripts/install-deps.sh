@@ -21,6 +21,8 @@ packages=(
   nginx-light s3fs rclone awscli curl fio
   # operations: /metrics scraped by a real Prometheus, the status page in headless Chromium
   prometheus chromium
+  # a test that finds a hung process prints its threads' stacks
+  gdb
 )
 
 sudo_cmd=()
