@@ -71,6 +71,9 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.client_timeout = std::chrono::milliseconds(o.client_timeout_ms);
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
+  health->Handle("/", [d = dispatcher.get()](const std::string&) {
+    return service::HttpReply{200, "text/html; charset=utf-8", d->StatusPage()};
+  });
   std::printf(
       "dispatcher: serving on port %d, /healthz on port %d, journal in %s (%lld updates "
       "replayed)\n",
@@ -78,6 +81,7 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
       static_cast<long long>(dispatcher->updates_applied()));
   std::fflush(stdout);
   WaitForSignal();
+  health.reset();  // before the dispatcher its status page reads
   return absl::OkStatus();
 }
 

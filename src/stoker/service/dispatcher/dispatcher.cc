@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -178,12 +180,23 @@ void Dispatcher::LogJobTransition(const DispatcherState::Job& job, bool was_fini
                                   bool had_error, bool was_ended) {
   if (!had_error && !job.error.empty()) {
     SPDLOG_WARN("dispatcher: job {} failed: {}", job.id, job.error);
+    RecordEvent("warning", StrCat("job ", job.id, " failed: ", job.error));
   } else if (!was_ended && !job.ended.empty()) {
     SPDLOG_INFO("dispatcher: job {} ended: {}", job.id, job.ended);
+    RecordEvent("info", StrCat("job ", job.id, " ended: ", job.ended));
   } else if (!was_finished && job.error.empty() && job.ended.empty() && state_.JobFinished(job)) {
     SPDLOG_INFO("dispatcher: job {} finished: {} epoch(s) of {} samples delivered in {} splits",
                 job.id, job.num_epochs, job.num_samples, job.splits.size());
+    RecordEvent("info",
+                StrCat("job ", job.id, " finished: ", job.num_epochs, " epoch(s) of ",
+                       job.num_samples, " samples delivered in ", job.splits.size(), " splits"));
   }
+}
+
+void Dispatcher::RecordEvent(const char* level, std::string message) {
+  events_.push_back({absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::UTCTimeZone()), level,
+                     std::move(message)});
+  while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
 void Dispatcher::CollectMetrics(MetricsWriter& w) {
@@ -248,6 +261,8 @@ void Dispatcher::MonitorPeers() {
     for (int64_t id : lost) {
       SPDLOG_WARN("dispatcher: worker {} ({}) missed its heartbeats; leasing its splits again", id,
                   state_.workers().at(id).address);
+      RecordEvent("warning", StrCat("worker ", id, " (", state_.workers().at(id).address,
+                                    ") missed its heartbeats; its splits are leased again"));
       absl::Status s = Update({{"type", "remove_worker"}, {"worker_id", id}});
       if (!s.ok()) SPDLOG_ERROR("dispatcher: {}", s.ToString());
       last_heartbeat_.erase(id);
@@ -439,6 +454,7 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   if (req.leaving()) {
     if (state_.workers().count(id)) {
       SPDLOG_INFO("dispatcher: worker {} ({}) left", id, req.address());
+      RecordEvent("info", StrCat("worker ", id, " (", req.address(), ") left"));
       RETURN_IF_ERROR(Update({{"type", "remove_worker"}, {"worker_id", id}}));
       last_heartbeat_.erase(id);
     }
@@ -450,6 +466,7 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     RETURN_IF_ERROR(
         Update({{"type", "register_worker"}, {"worker_id", id}, {"address", req.address()}}));
     SPDLOG_INFO("dispatcher: worker {} joined at {}", id, req.address());
+    RecordEvent("info", StrCat("worker ", id, " joined at ", req.address()));
   }
   last_heartbeat_[id] = Clock::now();
   std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
@@ -457,6 +474,8 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   if (!req.unhealthy().empty() && !unhealthy_.count(id)) {
     SPDLOG_WARN("dispatcher: worker {} ({}) is unhealthy: {}; it gets no new tasks", id,
                 req.address(), req.unhealthy());
+    RecordEvent("warning", StrCat("worker ", id, " (", req.address(),
+                                  ") is unhealthy: ", req.unhealthy(), "; it gets no new tasks"));
     unhealthy_[id] = req.unhealthy();
   } else if (req.unhealthy().empty()) {
     unhealthy_.erase(id);

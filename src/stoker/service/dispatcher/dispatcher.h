@@ -42,6 +42,7 @@
 #include <grpcpp/server.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,6 +84,11 @@ class Dispatcher {
   // Updates applied since start (replayed ones included).
   int64_t updates_applied() const;
 
+  // The status page served at `/` (docs/operations.md, "Status page"): one self-contained HTML
+  // document (no scripts, no external resources; it reloads itself every 2 s) with the workers,
+  // the newest jobs and the last events. Every string from outside is HTML-escaped.
+  std::string StatusPage() const;
+
  private:
   explicit Dispatcher(const DispatcherOptions& options) : options_(options) {}
   absl::Status Update(const nlohmann::json& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -105,6 +111,15 @@ class Dispatcher {
                         bool was_ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
   void CollectMetrics(MetricsWriter& w);
+  // Keeps an event (level "info" or "warning", and the message as logged) for the status page;
+  // the last kMaxEvents are kept.
+  void RecordEvent(const char* level, std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kMaxEvents = 20;
+  struct Event {
+    std::string time;  // UTC, "YYYY-MM-DD HH:MM:SS"
+    std::string level;
+    std::string message;
+  };
 
   const DispatcherOptions options_;
   int port_ = 0;
@@ -125,6 +140,7 @@ class Dispatcher {
   absl::flat_hash_map<int64_t, std::string> unhealthy_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::set<int64_t>> running_ ABSL_GUARDED_BY(mu_);
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);  // oldest first; not journaled
   // Bumped by every update that can change a worker's task list (heartbeats wait for it).
   int64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,144 @@
+// Dispatcher::StatusPage: the HTML status page served at `/` (docs/operations.md, "Status page").
+// It reads the same state as the /metrics collector, under the dispatcher's mutex.
+#include <chrono>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "stoker/core/strings.h"
+#include "stoker/service/dispatcher/dispatcher.h"
+
+namespace stoker::service {
+namespace {
+
+// `text` as HTML character data or a quoted attribute value.
+std::string Html(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// One table row of already escaped cells.
+std::string Row(std::initializer_list<std::string> cells, const char* tag = "td") {
+  std::string row = "<tr>";
+  for (const std::string& c : cells) row += StrCat("<", tag, ">", c, "</", tag, ">");
+  return row + "</tr>\n";
+}
+
+constexpr char kStyle[] =
+    "body{font-family:sans-serif;margin:1em 2em;color:#222}"
+    "table{border-collapse:collapse;margin-bottom:1.5em}"
+    "th,td{border:1px solid #bbb;padding:2px 8px;text-align:left}"
+    "th{background:#eee}td.n{text-align:right}"
+    ".unhealthy,.silent,.failed,.warning{color:#b00;font-weight:bold}"
+    ".finished{color:#070}";
+
+}  // namespace
+
+std::string Dispatcher::StatusPage() const {
+  constexpr size_t kMaxJobs = 50;  // the newest; older ones are in the journal and the logs
+  absl::MutexLock lock(&mu_);
+  const auto now = std::chrono::steady_clock::now();
+  std::string page = StrCat(
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+      "<meta http-equiv=\"refresh\" content=\"2\"><title>stoker dispatcher</title><style>",
+      kStyle, "</style></head><body>\n<h1>stoker dispatcher</h1>\n<p>gRPC port ", port_,
+      " &middot; ", updates_, " updates applied &middot; ", state_.clients().size(),
+      " consumers &middot; ",
+      Html(absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone())), "</p>\n");
+
+  // Workers: splits leased now (not yet acknowledged), counted over every job.
+  std::map<int64_t, int64_t> leased;
+  for (const auto& [job_id, job] : state_.jobs())
+    for (const auto& [split_id, split] : job.splits)
+      if (!split.done && split.worker_id != 0) ++leased[split.worker_id];
+  page += StrCat("<h2>Workers (<span id=\"worker-count\">", state_.workers().size(),
+                 "</span>)</h2>\n<table id=\"workers\">\n",
+                 Row({"id", "address", "state", "tasks", "splits leased"}, "th"));
+  for (const auto& [id, w] : state_.workers()) {
+    std::string s = "healthy";
+    auto u = unhealthy_.find(id);
+    auto seen = last_heartbeat_.find(id);
+    if (u != unhealthy_.end()) {
+      s = "unhealthy";
+    } else if (seen != last_heartbeat_.end() && now - seen->second > options_.worker_timeout / 2) {
+      s = "silent";  // no heartbeat for half the timeout: removed at the timeout
+    }
+    auto r = running_.find(id);
+    std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
+    if (u != unhealthy_.end()) state += StrCat(": ", Html(u->second));
+    page += StrCat(Row({std::to_string(id), Html(w.address), state,
+                        std::to_string(r == running_.end() ? 0 : r->second.size()),
+                        std::to_string(leased[id])}));
+  }
+  page += "</table>\n";
+
+  // Jobs, newest first.
+  page += StrCat("<h2>Jobs (", state_.jobs().size(), ")</h2>\n<table id=\"jobs\">\n",
+                 Row({"id", "name", "state", "consumers", "splits done", "positions done",
+                      "epochs done", "splits outstanding"},
+                     "th"));
+  size_t listed = 0;
+  for (auto it = state_.jobs().rbegin(); it != state_.jobs().rend() && listed < kMaxJobs;
+       ++it, ++listed) {
+    const DispatcherState::Job& job = it->second;
+    const char* s = !job.error.empty()        ? "failed"
+                    : !job.ended.empty()      ? "ended"
+                    : state_.JobFinished(job) ? "finished"
+                                              : "running";
+    std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
+    if (!job.error.empty()) state += StrCat(": ", Html(job.error));
+    if (!job.ended.empty()) state += StrCat(": ", Html(job.ended));
+    int64_t positions_done = 0, outstanding = static_cast<int64_t>(job.pending.size());
+    for (const auto& [split_id, split] : job.splits) {
+      if (split.done)
+        positions_done += split.end - split.begin;
+      else if (split.worker_id != 0)
+        ++outstanding;
+    }
+    std::string total = job.num_samples > 0 ? std::to_string(job.positions()) : "?";
+    page += StrCat(Row(
+        {std::to_string(job.id), Html(job.name), state, std::to_string(job.clients.size()),
+         StrCat(job.done_splits, " / ", job.splits.size()), StrCat(positions_done, " / ", total),
+         StrCat(job.epochs_done() - job.first_epoch, " / ", job.num_epochs),
+         std::to_string(outstanding)}));
+  }
+  page += "</table>\n";
+
+  // The last events, newest first.
+  page += StrCat("<h2>Recent events</h2>\n<table id=\"events\">\n",
+                 Row({"time (UTC)", "level", "event"}, "th"));
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it)
+    page +=
+        StrCat(Row({Html(it->time),
+                    StrCat("<span class=\"", Html(it->level), "\">", Html(it->level), "</span>"),
+                    Html(it->message)}));
+  page += "</table>\n</body></html>\n";
+  return page;
+}
+
+}  // namespace stoker::service
