@@ -159,13 +159,21 @@ def test_consumers_of_a_named_job_share_it_exactly_once(stoker_bin, tmp_path):
         # splits go to the others, who complete the epoch; nothing is delivered twice among them.
         consumers = [Consumer(stoker_bin, cluster.address, spec, "shared-kill", workdir=tmp_path)
                      for _ in range(3)]
-        victim = consumers[0]
-        victim.wait_for_keys(200)
+        # The victim is the first consumer seen with 200 keys while it still runs (which one gets
+        # splits first depends on start-up order: one that started late may get none at all).
+        deadline = time.monotonic() + 60
+        victim = None
+        while victim is None:
+            running = [c for c in consumers if c.proc.poll() is None]
+            assert running and time.monotonic() < deadline, [c.stderr() for c in consumers]
+            victim = next((c for c in running if len(c.keys()) >= 200), None)
+            time.sleep(0.01)
         victim.proc.kill()
         victim.wait()
         victim_keys = victim.keys()
-        assert [c.wait() for c in consumers[1:]] == [0, 0], [c.stderr() for c in consumers]
-        survivors = [k for c in consumers[1:] for k in c.keys()]
+        others = [c for c in consumers if c is not victim]
+        assert [c.wait() for c in others] == [0, 0], [c.stderr() for c in consumers]
+        survivors = [k for c in others for k in c.keys()]
         assert len(survivors) == len(set(survivors)), "a key went to two consumers"
         assert set(survivors) | set(victim_keys) == everything
         assert len(victim_keys) < n
