@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "stoker/core/markup.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/s3/s3_request.h"
 
@@ -87,34 +88,6 @@ absl::StatusOr<std::string> DecodeListedName(std::string text, bool url_encoded,
         StrCat(where, " is not URL-encoded as EncodingType=url says"));
   }
   return decoded;
-}
-
-// Escapes text for an XML element body or attribute value.
-std::string XmlEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -258,7 +231,7 @@ std::string BuildCompleteMultipartUpload(const std::vector<CompletedPart>& parts
       "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
   for (const CompletedPart& part : parts) {
     xml += StrCat("<Part><PartNumber>", part.part_number, "</PartNumber><ETag>",
-                  XmlEscape(StrCat("\"", StripETagQuotes(part.etag), "\"")), "</ETag></Part>");
+                  EscapeMarkup(StrCat("\"", StripETagQuotes(part.etag), "\"")), "</ETag></Part>");
   }
   xml += "</CompleteMultipartUpload>";
   return xml;

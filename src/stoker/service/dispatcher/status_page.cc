@@ -8,39 +8,12 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "stoker/core/markup.h"
 #include "stoker/core/strings.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 
 namespace stoker::service {
 namespace {
-
-// `text` as HTML character data or a quoted attribute value.
-std::string Html(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // One table row of already escaped cells.
 std::string Row(std::initializer_list<std::string> cells, const char* tag = "td") {
@@ -69,7 +42,8 @@ std::string Dispatcher::StatusPage() const {
       kStyle, "</style></head><body>\n<h1>stoker dispatcher</h1>\n<p>gRPC port ", port_,
       " &middot; ", updates_, " updates applied &middot; ", state_.clients().size(),
       " consumers &middot; ",
-      Html(absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone())), "</p>\n");
+      EscapeMarkup(absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone())),
+      "</p>\n");
 
   // Workers: splits leased now (not yet acknowledged), counted over every job.
   std::map<int64_t, int64_t> leased;
@@ -90,8 +64,8 @@ std::string Dispatcher::StatusPage() const {
     }
     auto r = running_.find(id);
     std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
-    if (u != unhealthy_.end()) state += StrCat(": ", Html(u->second));
-    page += StrCat(Row({std::to_string(id), Html(w.address), state,
+    if (u != unhealthy_.end()) state += StrCat(": ", EscapeMarkup(u->second));
+    page += StrCat(Row({std::to_string(id), EscapeMarkup(w.address), state,
                         std::to_string(r == running_.end() ? 0 : r->second.size()),
                         std::to_string(leased[id])}));
   }
@@ -111,8 +85,8 @@ std::string Dispatcher::StatusPage() const {
                     : state_.JobFinished(job) ? "finished"
                                               : "running";
     std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
-    if (!job.error.empty()) state += StrCat(": ", Html(job.error));
-    if (!job.ended.empty()) state += StrCat(": ", Html(job.ended));
+    if (!job.error.empty()) state += StrCat(": ", EscapeMarkup(job.error));
+    if (!job.ended.empty()) state += StrCat(": ", EscapeMarkup(job.ended));
     int64_t positions_done = 0, outstanding = static_cast<int64_t>(job.pending.size());
     for (const auto& [split_id, split] : job.splits) {
       if (split.done)
@@ -122,7 +96,7 @@ std::string Dispatcher::StatusPage() const {
     }
     std::string total = job.num_samples > 0 ? std::to_string(job.positions()) : "?";
     page += StrCat(Row(
-        {std::to_string(job.id), Html(job.name), state, std::to_string(job.clients.size()),
+        {std::to_string(job.id), EscapeMarkup(job.name), state, std::to_string(job.clients.size()),
          StrCat(job.done_splits, " / ", job.splits.size()), StrCat(positions_done, " / ", total),
          StrCat(job.epochs_done() - job.first_epoch, " / ", job.num_epochs),
          std::to_string(outstanding)}));
@@ -133,10 +107,10 @@ std::string Dispatcher::StatusPage() const {
   page += StrCat("<h2>Recent events</h2>\n<table id=\"events\">\n",
                  Row({"time (UTC)", "level", "event"}, "th"));
   for (auto it = events_.rbegin(); it != events_.rend(); ++it)
-    page +=
-        StrCat(Row({Html(it->time),
-                    StrCat("<span class=\"", Html(it->level), "\">", Html(it->level), "</span>"),
-                    Html(it->message)}));
+    page += StrCat(Row({EscapeMarkup(it->time),
+                        StrCat("<span class=\"", EscapeMarkup(it->level), "\">",
+                               EscapeMarkup(it->level), "</span>"),
+                        EscapeMarkup(it->message)}));
   page += "</table>\n</body></html>\n";
   return page;
 }
