@@ -17,9 +17,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-from ops_common import fail, metric, read, wait_for
+from ops_common import fail, http_get, metric, read, wait_for
 
 STOKER, OUT_DIR = sys.argv[1:3]
 
@@ -55,7 +54,7 @@ def main():
         wait_for(lambda: metric(http, "stoker_dispatcher_workers") == 2, "2 workers registered")
 
         # Job 1: once it runs, the consumer is stopped (SIGSTOP), so no split is acknowledged any
-        # more and each worker, its small buffer full, holds a split; worker 0 is killed, and the
+        # more and the workers, their small buffers full, hold splits; one holding a split is killed, and the
         # consumer resumed. The job cannot finish before the dispatcher leases that split again.
         samples = 1000000
         spec = os.path.join(work, "spec.json")
@@ -66,9 +65,24 @@ def main():
         wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="1",state="done"}') or 0) >= 1,
                  "a split of job 1 delivered")
         consumer.send_signal(signal.SIGSTOP)
-        time.sleep(0.3)
-        workers[0].kill()
-        workers[0].wait()
+        # The worker to kill is one the status page shows holding a split (under load a worker
+        # may hold none yet when the consumer stops).
+        ids = [int(wait_for(lambda: re.search(r"registered as worker (\d+)",
+                                              read(os.path.join(work, f"worker{i}.err")) +
+                                              read(os.path.join(work, f"worker{i}.out"))),
+                            f"worker {i}'s id").group(1)) for i in range(2)]
+
+        def holding():
+            table = re.search(r'<table id="workers">(.*?)</table>', http_get(http, "/")[1], re.S)
+            for row in re.findall(r"<tr>(.*?)</tr>", table.group(1) if table else "", re.S):
+                cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+                if cells and int(cells[0]) in ids and int(cells[-1]) > 0:
+                    return ids.index(int(cells[0])) + 1  # 1 + the index, so that 0 is "none"
+            return None
+        victim = wait_for(holding, "a worker holding a split of job 1") - 1
+        survivor = 1 - victim
+        workers[victim].kill()
+        workers[victim].wait()
         wait_for(lambda: metric(http, "stoker_dispatcher_workers") == 1, "the lost worker removed")
         consumer.send_signal(signal.SIGCONT)
         if consumer.wait(timeout=60) != 0:
@@ -81,9 +95,9 @@ def main():
         if subprocess.run([STOKER, "consume", "--dispatcher", dispatcher, spec, "--max-elements",
                            "3"], capture_output=True, env=env, timeout=60).returncode != 0:
             fail("consume 2 failed")
-        # Worker 1 stops gracefully: it leaves.
-        workers[1].send_signal(signal.SIGTERM)
-        if workers[1].wait(timeout=30) != 0:
+        # The other worker stops gracefully: it leaves.
+        workers[survivor].send_signal(signal.SIGTERM)
+        if workers[survivor].wait(timeout=30) != 0:
             fail("worker 1 did not stop cleanly on SIGTERM")
         wait_for(lambda: "left" in read(os.path.join(work, "dispatcher.err")), "'left' logged")
 
