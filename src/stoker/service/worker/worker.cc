@@ -329,11 +329,12 @@ std::string Worker::unhealthy_reason() const {
   return unhealthy_;
 }
 
+namespace {
+
 // Whether a failed task says something about this worker (it could not reach, open or afford the
 // data: NotFound, PermissionDenied, Unavailable, ...) rather than about the job (a spec or sample
 // that is wrong wherever it runs: InvalidArgument, DataLoss, ...). Only the former count towards
 // --unhealthy-after: a run of bad jobs must not take a sound worker out of service.
-namespace {
 bool CountsAgainstWorker(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
