@@ -6,8 +6,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "stoker/core/strings.h"
 #include "stoker/testing/s3_server.h"
 #include "stoker/testing/subprocess.h"
@@ -112,10 +117,30 @@ TEST_F(CliS3Test, CpRecursiveAndSyncRoundTripByteExactWithTheAwsCli) {
   Shell(StrCat("diff -r ", dir_, "/src ", dir_, "/aws"));
   // The AWS CLI up, stoker sync down; a second sync copies nothing.
   ASSERT_TRUE(s3().RunAwsCli({"s3", "cp", "--recursive", dir_ + "/src", "s3://cli/awstree/"}).ok());
+  // Two seconds later, so that a download stamped with its own time would show another second.
+  absl::SleepFor(absl::Seconds(2));
   auto first = testing::RunCommandOk({Stoker(), "sync", "s3://cli/awstree/", dir_ + "/down"});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_THAT(*first, HasSubstr("sync: 40 of 40 objects copied"));
   Shell(StrCat("diff -r ", dir_, "/src ", dir_, "/down"));
+  // Each downloaded file keeps its object's modification time (as `aws s3 sync` does): both
+  // listings show the same times, so a sync in the same second as the upload is still a no-op.
+  auto times = [](const std::string& listing) {
+    std::map<std::string, std::string> by_name;  // file name -> "date time" column
+    const std::vector<std::string> lines = absl::StrSplit(listing, '\n', absl::SkipEmpty());
+    for (const std::string& line : lines) {
+      std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() != 4 || fields[0] == "DIR") continue;
+      by_name[std::string(fields[3].substr(fields[3].rfind('/') + 1))] =
+          StrCat(fields[1], " ", fields[2]);
+    }
+    return by_name;
+  };
+  auto remote = testing::RunCommandOk({Stoker(), "ls", "s3://cli/awstree/"});
+  auto local = testing::RunCommandOk({Stoker(), "ls", dir_ + "/down/"});
+  ASSERT_TRUE(remote.ok() && local.ok());
+  EXPECT_EQ(times(*remote).size(), 14u);
+  EXPECT_EQ(times(*local), times(*remote));
   auto again = testing::RunCommandOk({Stoker(), "sync", "s3://cli/awstree/", dir_ + "/down"});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_THAT(*again, HasSubstr("0 of 40 objects copied (0 B), 40 up to date"));

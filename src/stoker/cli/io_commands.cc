@@ -1,4 +1,6 @@
 // stoker ls / cat / cp: the object-store layer from the shell.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -16,6 +19,7 @@
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread_pool.h"
+#include "stoker/io/local/local_store.h"
 #include "stoker/io/read/ranged_reader.h"
 #include "stoker/io/store_factories.h"
 #include "stoker/io/url.h"
@@ -207,6 +211,18 @@ bool NeedsCopy(const io::ObjectInfo& from, const io::ObjectInfo* to, bool both_s
   return absl::ToUnixSeconds(from.mtime) > absl::ToUnixSeconds(to->mtime);
 }
 
+// Gives a copied local file its source's modification time (as `aws s3 sync` does), so that a
+// later sync compares the source with itself: a file written in the same second as its source,
+// whose LastModified S3 rounds up to the next second, would otherwise look older than it.
+absl::Status KeepModificationTime(const std::string& path, absl::Time mtime) {
+  const timespec t = absl::ToTimespec(mtime);
+  const timespec times[2] = {t, t};
+  if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) {
+    return absl::ErrnoToStatus(errno, StrCat("cannot set the modification time of ", path));
+  }
+  return absl::OkStatus();
+}
+
 // cp --recursive (every object) and sync (only those NeedsCopy selects): `options.jobs` objects
 // are copied at once. A failed object is reported and the others go on; the result names how
 // many failed.
@@ -216,6 +232,7 @@ absl::Status CopyTree(const std::string& from, const std::string& to, bool sync,
   ASSIGN_OR_RETURN(Tree source, ListTree(from));
   ASSIGN_OR_RETURN(Tree destination, ListTree(to));
   const bool both_s3 = from.starts_with("s3://") && to.starts_with("s3://");
+  const auto* local_destination = dynamic_cast<const io::LocalStore*>(destination.root.store.get());
   std::vector<const std::pair<const std::string, io::ObjectInfo>*> todo;
   int64_t bytes = 0, up_to_date = 0;
   for (const auto& entry : source.objects) {
@@ -239,9 +256,12 @@ absl::Status CopyTree(const std::string& from, const std::string& to, bool sync,
     for (const auto* entry : todo) {
       pool.Schedule([&, entry] {
         const std::string& relative = entry->first;
+        const std::string key = destination.root.key + relative;
         absl::Status status =
-            CopyObject(source.root.store, entry->second.key, *destination.root.store,
-                       destination.root.key + relative, &progress);
+            CopyObject(source.root.store, entry->second.key, *destination.root.store, key, &progress);
+        if (status.ok() && local_destination != nullptr) {
+          status = KeepModificationTime(local_destination->Url(key), entry->second.mtime);
+        }
         if (!status.ok()) {
           absl::MutexLock lock(&mu);
           ++failed;
