@@ -257,8 +257,8 @@ absl::Status CopyTree(const std::string& from, const std::string& to, bool sync,
       pool.Schedule([&, entry] {
         const std::string& relative = entry->first;
         const std::string key = destination.root.key + relative;
-        absl::Status status =
-            CopyObject(source.root.store, entry->second.key, *destination.root.store, key, &progress);
+        absl::Status status = CopyObject(source.root.store, entry->second.key,
+                                         *destination.root.store, key, &progress);
         if (status.ok() && local_destination != nullptr) {
           status = KeepModificationTime(local_destination->Url(key), entry->second.mtime);
         }
