@@ -21,6 +21,8 @@ packages=(
   nginx-light s3fs rclone awscli curl fio
   # operations: /metrics scraped by a real Prometheus, the status page in headless Chromium
   prometheus chromium
+  # multi-host tests on one machine (scripts/netns-cluster): network namespaces, bridges, tc
+  iproute2
   # a test that finds a hung process prints its threads' stacks
   gdb
 )
