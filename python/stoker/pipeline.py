@@ -81,9 +81,9 @@ class Pipeline:
     def flip(self, field, p=None, direction=None):
         return self.op("flip", field=field, **_given(p=p, direction=direction))
 
-    def normalize(self, field, mean=None, std=None, layout=None, scale=None):
+    def normalize(self, field, mean=None, std=None, layout=None, scale=None, dtype=None):
         return self.op("normalize", field=field,
-                       **_given(mean=mean, std=std, layout=layout, scale=scale))
+                       **_given(mean=mean, std=std, layout=layout, scale=scale, dtype=dtype))
 
     def cast(self, field, to):
         return self.op("cast", field=field, to=to)

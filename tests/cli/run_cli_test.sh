@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of `stoker run` (separate processes, as a user runs it): a generated JPEG folder
 # converted to shards; the README's example spec; --print-keys shows each key exactly once
-# per epoch; the same seed gives the same order at 1 and 2 threads; --checkpoint / --resume in a new
+# per epoch; fused image ops give the bytes of the ops one by one (--digest); the same seed gives the same order at 1 and 2 threads; --checkpoint / --resume in a new
 # process deliver exactly the rest of the epoch; a WebDataset tar stream; a bad spec's error.
 # Usage: run_cli_test.sh STOKER MAKE_TEST_IMAGES
 set -euo pipefail
@@ -40,6 +40,23 @@ grep -q "samples/s" "$work/report" || fail "no throughput report"
 "$stoker" run "$work/spec.json" --threads 1 --print-keys >"$work/t1" 2>/dev/null
 "$stoker" run "$work/spec.json" --threads 2 --print-keys >"$work/t2" 2>/dev/null
 cmp -s "$work/t1" "$work/t2" || fail "order differs between 1 and 2 threads"
+
+# The fused image ops (decode + crop + flip + normalize written into the batch buffer in one pass)
+# deliver the same bytes as the ops run one by one, at 2 threads over 2 epochs; also CHW and uint8.
+"$stoker" run "$work/spec.json" --epochs 2 --threads 2 --digest >"$work/fused" 2>"$work/fused_report"
+STOKER_FUSE_IMAGE_OPS=0 "$stoker" run "$work/spec.json" --epochs 2 --threads 2 --digest >"$work/plain" 2>/dev/null
+grep -q "^sha256 [0-9a-f]\{64\}$" "$work/fused" || fail "no digest printed"
+cmp -s "$work/fused" "$work/plain" || fail "fused image ops give other bytes than the ops one by one"
+grep -q "decode_image+random_resized_crop+flip+normalize" "$work/fused_report" || fail "not fused"
+for normalize in '"layout": "CHW"' '"layout": "CHW", "dtype": "uint8"'; do
+  sed -e "s/\"std\": \[0.229, 0.224, 0.225\]}/\"std\": [0.229, 0.224, 0.225], $normalize}/" \
+    -e 's/"mean": \[0.485, 0.456, 0.406\], "std": \[0.229, 0.224, 0.225\], \("layout": "CHW", "dtype"\)/\1/' \
+    "$work/spec.json" >"$work/variant.json"
+  grep -q '"layout": "CHW"' "$work/variant.json" || fail "variant spec not written"
+  "$stoker" run "$work/variant.json" --epochs 2 --digest >"$work/fused" 2>/dev/null
+  STOKER_FUSE_IMAGE_OPS=0 "$stoker" run "$work/variant.json" --epochs 2 --digest >"$work/plain" 2>/dev/null
+  cmp -s "$work/fused" "$work/plain" || fail "fused image ops differ with $normalize"
+done
 
 # Checkpoint after 3 batches, resume in a new process: the union is exactly one epoch, in order.
 "$stoker" run "$work/spec.json" --max-elements 3 --checkpoint "$work/token" --print-keys >"$work/a" 2>/dev/null

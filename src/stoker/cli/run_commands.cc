@@ -1,5 +1,6 @@
 // stoker run: runs a pipeline spec in-process and reports throughput (docs/pipeline.md).
 #include <malloc.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,11 +19,28 @@
 namespace stoker::cli {
 namespace {
 
+// Adds everything an element holds to a running digest.
+void DigestElement(const data::Element& e, EVP_MD_CTX* sha) {
+  auto add = [sha](std::string_view bytes) {
+    const uint64_t size = bytes.size();
+    EVP_DigestUpdate(sha, &size, sizeof(size));
+    EVP_DigestUpdate(sha, bytes.data(), bytes.size());
+  };
+  for (const std::string& key : e.keys) add(key);
+  for (const auto& [name, t] : e.fields) {
+    add(name);
+    add(data::DTypeName(t.dtype));
+    add(t.ShapeString());
+    add(t.data.view());
+  }
+}
+
 struct RunOptions {
   std::string spec;
   int64_t epochs = 1;
   int64_t max_elements = -1;
   bool print_keys = false;
+  bool digest = false;  // print a SHA-256 of everything delivered
   int threads = 0;
   std::string checkpoint;  // write a resume token here when stopping before the end
   std::string resume;      // start from the token in this file
@@ -63,6 +81,8 @@ absl::Status Run(const RunOptions& o) {
   std::unique_ptr<data::PipelineIterator> it;
   std::vector<std::unique_ptr<data::PipelineIterator>> finished;  // kept for their stats
   bool stopped_early = false;
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (o.digest) EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
   Progress progress("run", "elements", o.progress);
   if (std::optional<int64_t> per_epoch = pipeline->Cardinality()) {
     int64_t total = *per_epoch * o.epochs;
@@ -92,9 +112,22 @@ absl::Status Run(const RunOptions& o) {
       if (o.print_keys) {
         for (const std::string& key : e->keys) std::printf("%s\n", key.c_str());
       }
+      if (o.digest) DigestElement(*e, sha.get());
     }
     if (stopped_early) break;
     finished.push_back(std::move(it));
+  }
+  if (o.digest) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(sha.get(), md, &length);
+    static const char* kHex = "0123456789abcdef";
+    std::string hex;
+    for (unsigned int i = 0; i < length; ++i) {
+      hex += kHex[md[i] >> 4];
+      hex += kHex[md[i] & 15];
+    }
+    std::printf("sha256 %s\n", hex.c_str());
   }
   std::fflush(stdout);
   progress.Finish();
@@ -166,6 +199,9 @@ void RegisterRunCommands(CLI::App& app, absl::Status* result) {
   run->add_option("--max-elements", o->max_elements, "stop after this many elements");
   run->add_flag("--print-keys", o->print_keys,
                 "print the key of every delivered sample, one a line, in delivery order");
+  run->add_flag("--digest", o->digest,
+                "print the SHA-256 of every delivered element (keys, field names, dtypes, shapes "
+                "and bytes, in delivery order): equal digests, equal outputs");
   run->add_option("--threads", o->threads, "CPU pool size (default: the spec's, else all cores)");
   run->add_option("--checkpoint", o->checkpoint,
                   "when stopping at --max-elements, write a resume token to this file");

@@ -32,8 +32,25 @@ struct MapStep {
   std::shared_ptr<const Transform> transform;
   uint64_t seed = 0;  // derived from (pipeline seed, op index)
 };
-// Runs `steps` on each element on the runtime's pool. parallelism 0 = autotuned.
-NodePtr MakeMapNode(NodePtr input, std::vector<MapStep> steps, int parallelism);
+// A transform whose output field has a fixed size and can be written straight into memory the map
+// stage hands it: a slot of the batch buffer being filled, so the batch needs no copy. Apply
+// (allocating its own output) stays available for every other use.
+class SlotWriter : public Transform {
+ public:
+  // Bytes of the output field per element (the same for every element).
+  virtual size_t slot_bytes() const = 0;
+  // As Apply, but writes the output field's values to `slot` (slot_bytes() long, not read) and
+  // gives the field `slot_view`, a Buffer over the same bytes that keeps them alive.
+  virtual absl::StatusOr<std::optional<Element>> ApplyInto(Element element, Rng& rng, uint8_t* slot,
+                                                           Buffer slot_view) const = 0;
+};
+
+// Runs `steps` on each element on the runtime's pool. parallelism 0 = autotuned. With
+// batch_size > 0 (the map is followed directly by a batch of that size) and a SlotWriter as the
+// last step, outputs are written into consecutive slots of one buffer per batch, in input order,
+// so that Collate finds them contiguous and does not copy them.
+NodePtr MakeMapNode(NodePtr input, std::vector<MapStep> steps, int parallelism,
+                    int64_t batch_size = 0);
 
 NodePtr MakeShuffleBufferNode(NodePtr input, int64_t buffer_size, uint64_t seed,
                               bool reshuffle_each_epoch);
@@ -63,7 +80,8 @@ NodePtr MakePrefetchNode(NodePtr input, int64_t buffer);
 // Stacks elements into one contiguous tensor per field (shape [n, ...]). Fields must agree in
 // name and dtype; shapes must be equal unless `padded`. Undecoded bytes fields that hold decimal
 // integers (labels such as WebDataset's "cls") become int64 [n]; other bytes are an error. Errors
-// name the field and the samples.
+// name the field and the samples. A field whose values already lie back to back in one buffer
+// (written there by a SlotWriter) becomes a view of that buffer, without a copy.
 absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded, double padding_value);
 
 }  // namespace stoker::data

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -234,12 +235,75 @@ struct PipelineBuilder {
                    : MakeStreamSourceNode(stream, shuffle_seed);
   }
 
-  void FlushSteps() {
+  // batch_size: the batch that takes the map's output directly, if any (its outputs may then be
+  // written straight into the batch buffer).
+  void FlushSteps(int64_t batch_size = 0) {
     MaterializeSource(std::nullopt, true);
     if (steps.empty()) return;
-    node = MakeMapNode(node, std::move(steps), parallelism);
+    node = MakeMapNode(node, std::move(steps), parallelism, batch_size);
     steps.clear();
     parallelism = 0;
+  }
+
+  // The op at ops[j], if it is `name` on `field`.
+  static bool IsOpOn(const json& ops, size_t j, const char* name, const json& field) {
+    return j < ops.size() && ops[j].is_object() && ops[j].value("op", json()) == name &&
+           ops[j].value("field", json()) == field;
+  }
+
+  // decode_image at ops[i] (its reader `p`) and the ops on the same field that it fuses with:
+  //  - random_resized_crop right after it: decoded at a reduced DCT scale, only the crop's region;
+  //  - then flips and a normalize: flipped, converted and laid out in one pass, written straight
+  //    into the batch buffer (MakeImageChain), unless STOKER_FUSE_IMAGE_OPS=0 (for comparing).
+  // Fills `step` and advances i to the last op taken.
+  absl::Status ParseImageChain(const json& ops, size_t& i, ParamReader& p, MapStep& step) {
+    const json field = ops[i].value("field", json());
+    const size_t first = i;
+    std::vector<std::string> names{"decode_image"};
+    std::vector<std::unique_ptr<ParamReader>> readers;  // of the ops after decode_image
+    auto take = [&](size_t j, const char* name) {
+      readers.push_back(
+          std::make_unique<ParamReader>(ops[j], IndexPath("$.ops", j), StrCat("op '", name, "'")));
+      ParamReader& r = *readers.back();
+      r.String("op");
+      parallelism = std::max<int>(parallelism, static_cast<int>(r.Int("parallelism", 0, 0, 1024)));
+      names.push_back(name);
+      return &r;
+    };
+    ParamReader* crop = nullptr;
+    uint64_t decode_seed = MixSeed({seed, i});
+    if (IsOpOn(ops, i + 1, "random_resized_crop", field)) {
+      crop = take(++i, "random_resized_crop");
+      decode_seed = MixSeed({seed, i});
+    }
+    const char* fuse = std::getenv("STOKER_FUSE_IMAGE_OPS");
+    std::vector<std::pair<ParamReader*, uint64_t>> flips;
+    ParamReader* normalize = nullptr;
+    if (fuse == nullptr || std::string_view(fuse) != "0") {
+      while (IsOpOn(ops, i + 1, "flip", field)) {
+        ParamReader* r = take(++i, "flip");
+        flips.emplace_back(r, MixSeed({seed, i}));
+      }
+      if (IsOpOn(ops, i + 1, "normalize", field)) normalize = take(++i, "normalize");
+    }
+    if (flips.empty() && normalize == nullptr) {
+      if (crop != nullptr) {
+        ASSIGN_OR_RETURN(step.transform, MakeDecodeRandomResizedCrop(p, *crop));
+      } else {
+        ASSIGN_OR_RETURN(step.transform, (*FindTransform("decode_image"))(p));
+      }
+    } else {
+      ASSIGN_OR_RETURN(step.transform, MakeImageChain(p, crop, decode_seed, flips, normalize));
+    }
+    RETURN_IF_ERROR(p.Finish());
+    for (auto& r : readers) RETURN_IF_ERROR(r->Finish());
+    step.seed = decode_seed;
+    if (i > first) {
+      std::string joined;
+      for (const std::string& n : names) joined += StrCat(joined.empty() ? "" : "+", n);
+      step.name = StrCat("ops[", first, "-", i, "].", joined);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status ParseOps(const json& ops) {
@@ -264,8 +328,11 @@ struct PipelineBuilder {
         context.index = i;
         context.last = i + 1 == ops.size();
         context.pipeline_seed = seed;
-        context.input = [this] {
-          FlushSteps();
+        const json* size = name == "batch" && op.contains("size") ? &op["size"] : nullptr;
+        const int64_t batch_size =
+            size != nullptr && size->is_number_integer() ? size->get<int64_t>() : 0;
+        context.input = [this, batch_size] {
+          FlushSteps(batch_size);
           return node;
         };
         context.at_source = !node && steps.empty();
@@ -282,22 +349,8 @@ struct PipelineBuilder {
         int64_t par = p.Int("parallelism", 0, 0, 1024);
         parallelism = std::max<int>(parallelism, static_cast<int>(par));
         MapStep step{StrCat("ops[", i, "].", name), nullptr, op_seed};
-        // decode_image + random_resized_crop on the same field: decode at a reduced DCT scale.
-        if (name == "decode_image" && i + 1 < ops.size() && ops[i + 1].is_object() &&
-            ops[i + 1].value("op", json()) == "random_resized_crop" &&
-            ops[i + 1].value("field", json()) == op.value("field", json())) {
-          const std::string crop_path = IndexPath("$.ops", i + 1);
-          ParamReader c(ops[i + 1], crop_path, "op 'random_resized_crop'");
-          c.String("op");
-          int64_t crop_par = c.Int("parallelism", 0, 0, 1024);
-          parallelism = std::max<int>(parallelism, static_cast<int>(crop_par));
-          ASSIGN_OR_RETURN(auto t, MakeDecodeRandomResizedCrop(p, c));
-          RETURN_IF_ERROR(p.Finish());
-          RETURN_IF_ERROR(c.Finish());
-          step.name = StrCat("ops[", i, "-", i + 1, "].decode_image+random_resized_crop");
-          step.transform = std::move(t);
-          step.seed = MixSeed({seed, i + 1});
-          ++i;
+        if (name == "decode_image") {
+          RETURN_IF_ERROR(ParseImageChain(ops, i, p, step));
         } else {
           ASSIGN_OR_RETURN(auto t, (*factory)(p));
           RETURN_IF_ERROR(p.Finish());

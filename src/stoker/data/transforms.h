@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "stoker/data/transform.h"
 
@@ -17,5 +19,15 @@ namespace stoker::data {
 // randomness is used.
 absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
                                                                        ParamReader& crop);
+
+// decode_image (followed by random_resized_crop when `crop` is given), then the flip ops in
+// `flips`, then normalize when `normalize` is given, all on one field, as one op: the decoded
+// image is flipped, converted and laid out in one pass, written straight into the batch buffer
+// when a batch follows (a SlotWriter, ops.h; with a crop, so the size is known). Each op keeps its
+// own random stream: `decode_seed` is the decode's (the crop's when fused), each flip's is given
+// with it. The output is bit for bit that of the ops run one by one.
+absl::StatusOr<std::unique_ptr<Transform>> MakeImageChain(
+    ParamReader& decode, ParamReader* crop, uint64_t decode_seed,
+    const std::vector<std::pair<ParamReader*, uint64_t>>& flips, ParamReader* normalize);
 
 }  // namespace stoker::data

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "stoker/data/image.h"
 #include "stoker/data/source.h"
@@ -193,6 +194,104 @@ TEST(ImagePipeline, BatchesOfNormalizedCrops) {
   EXPECT_EQ(out[0].fields.at("jpg").shape, (std::vector<int64_t>{4, 3, 24, 32}));
   EXPECT_EQ(out[0].fields.at("cls").shape, (std::vector<int64_t>{4}));
   EXPECT_EQ(out[1].keys.size(), 2u);
+}
+
+// Runs `spec` for two epochs on 2 threads, with the image ops fused (the default) or one by one.
+std::vector<Element> RunEpochs(const json& spec, bool fused) {
+  if (!fused) setenv("STOKER_FUSE_IMAGE_OPS", "0", 1);
+  std::vector<Element> out = RunAll(spec, 2, 0);
+  for (Element& e : RunAll(spec, 2, 1)) out.push_back(std::move(e));
+  unsetenv("STOKER_FUSE_IMAGE_OPS");
+  return out;
+}
+
+void ExpectSameElements(const std::vector<Element>& a, const std::vector<Element>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].keys, b[i].keys);
+    ASSERT_EQ(a[i].fields.size(), b[i].fields.size());
+    for (const auto& [name, t] : a[i].fields) {
+      const Tensor& u = b[i].fields.at(name);
+      EXPECT_EQ(t.dtype, u.dtype) << name;
+      EXPECT_EQ(t.shape, u.shape) << name;
+      EXPECT_TRUE(t.data.view() == u.data.view()) << "field " << name << " of element " << i;
+    }
+  }
+}
+
+TEST(FusedImageOps, SameBytesAsTheOpsOneByOne) {
+  RegisterImages();
+  const json decode = {{"op", "decode_image"}, {"field", "jpg"}};
+  const json crop = {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {24, 32}}};
+  const json hflip = {{"op", "flip"}, {"field", "jpg"}};
+  const json vflip = {{"op", "flip"}, {"field", "jpg"}, {"direction", "vertical"}};
+  const json norm = {{"op", "normalize"},
+                     {"field", "jpg"},
+                     {"mean", {0.485, 0.456, 0.406}},
+                     {"std", {0.229, 0.224, 0.225}}};
+  json chw = norm;
+  chw["layout"] = "CHW";
+  const json as_uint8 = {
+      {"op", "normalize"}, {"field", "jpg"}, {"layout", "CHW"}, {"dtype", "uint8"}};
+  const json cls = {{"op", "cast"}, {"field", "cls"}, {"to", "int64"}};
+  const json batch = {{"op", "batch"}, {"size", 4}};
+  const std::vector<json> chains = {
+      {cls, decode, crop, hflip, chw, batch},          // into the batch buffer
+      {cls, decode, crop, hflip, vflip, norm, batch},  // two flips, HWC
+      {cls, decode, crop, hflip, as_uint8, batch},     // uint8 output
+      {cls, decode, crop, vflip},                      // flip only, no batch
+      {decode, crop, chw, batch},                      // normalize only
+      {cls, decode, hflip, norm},                      // no crop: sizes differ
+      {cls, decode, crop, hflip, chw, cls, batch},     // another op before the batch
+  };
+  for (const json& ops : chains) {
+    SCOPED_TRACE(ops.dump());
+    json spec = {{"source", {{"memory", "images"}}}, {"ops", ops}, {"seed", 3}};
+    auto fused = RunEpochs(spec, true);
+    EXPECT_FALSE(fused.empty());
+    ExpectSameElements(fused, RunEpochs(spec, false));
+  }
+}
+
+TEST(FusedImageOps, SkippedImagesLeaveTheBatchesAsOneByOne) {
+  RegisterImages();
+  json spec = {{"source", {{"memory", "images_with_broken"}}},
+               {"ops",
+                {{{"op", "decode_image"}, {"field", "jpg"}, {"on_error", "skip"}},
+                 {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {16, 16}}},
+                 {{"op", "flip"}, {"field", "jpg"}},
+                 {{"op", "normalize"}, {"field", "jpg"}, {"layout", "CHW"}},
+                 {{"op", "batch"}, {"size", 3}}}}};
+  // The broken image is the last: put it first by shuffling, so a batch loses one.
+  spec["ops"].insert(spec["ops"].begin(), json{{"op", "shuffle"}, {"seed", 1}});
+  auto fused = RunEpochs(spec, true);
+  auto plain = RunEpochs(spec, false);
+  ExpectSameElements(fused, plain);
+  int64_t images = 0;
+  for (const Element& e : fused) images += e.fields.at("jpg").shape[0];
+  EXPECT_EQ(images, 12);  // 6 good images, 2 epochs
+}
+
+TEST(Normalize, Uint8OutputKeepsValuesInTheLayout) {
+  RegisterImages();
+  json ops = {{{"op", "decode_image"}, {"field", "jpg"}},
+              {{"op", "center_crop"}, {"field", "jpg"}, {"size", 4}}};
+  auto plain = RunAll(ImageSpec(ops));
+  ops.push_back({{"op", "normalize"}, {"field", "jpg"}, {"layout", "CHW"}, {"dtype", "uint8"}});
+  auto chw = RunAll(ImageSpec(ops));
+  const Tensor& a = plain[0].fields.at("jpg");
+  const Tensor& b = chw[0].fields.at("jpg");
+  EXPECT_EQ(b.dtype, DType::kUint8);
+  EXPECT_EQ(b.shape, (std::vector<int64_t>{3, 4, 4}));
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 4; ++x)
+      for (int k = 0; k < 3; ++k)
+        EXPECT_EQ(a.values<uint8_t>()[(y * 4 + x) * 3 + k],
+                  b.values<uint8_t>()[k * 16 + y * 4 + x]);
+  ops.back()["mean"] = {0.5};
+  auto s = FirstError(ImageSpec(ops));
+  EXPECT_NE(s.message().find("$.ops[2].dtype"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("drop mean, std and scale"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -173,6 +173,18 @@ std::string FieldNames(const Element& e) {
   return s;
 }
 
+// True if field `name` of the elements lies back to back, in order, in one shared storage (slots
+// of a batch buffer written by a SlotWriter): the batch is then a view of it.
+bool Contiguous(const std::vector<Element>& elements, const std::string& name, size_t per) {
+  const Buffer& first = elements.front().fields.at(name).data;
+  if (first.owner() == nullptr || first.size() != per) return false;
+  for (size_t i = 1; i < elements.size(); ++i) {
+    const Buffer& b = elements[i].fields.at(name).data;
+    if (b.owner() != first.owner() || b.data() != first.data() + i * per) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded, double padding_value) {
@@ -238,6 +250,14 @@ absl::StatusOr<Element> Collate(std::vector<Element>& elements, bool padded, dou
     const size_t item = DTypeSize(t0.dtype);
     int64_t per = item;
     for (int64_t d : shape) per *= d;
+    if (!ragged && Contiguous(elements, name, static_cast<size_t>(per))) {
+      std::vector<int64_t> batched{n};
+      batched.insert(batched.end(), shape.begin(), shape.end());
+      const Buffer& data = t0.data;
+      out.fields[name] =
+          Tensor{t0.dtype, std::move(batched), Buffer::Wrap(data.owner(), data.data(), per * n)};
+      continue;
+    }
     UninitBuffer buf(static_cast<size_t>(per * n));
     if (ragged) {
       switch (t0.dtype) {

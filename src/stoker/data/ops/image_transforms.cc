@@ -2,10 +2,12 @@
 // decode_image), flip, normalize. docs/pipeline.md lists their parameters.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/image.h"
+#include "stoker/data/ops.h"
 #include "stoker/data/ops/builtin_ops.h"
 #include "stoker/data/transforms.h"
 
@@ -227,7 +229,7 @@ class Flip : public Transform {
           StrCat("flip: field '", field_, "' must be an image [height, width(, channels)], got ",
                  DTypeName(t->dtype), " ", t->ShapeString()));
     }
-    if (rng.Uniform() >= p_) return e;
+    if (!Draw(rng)) return e;
     const int64_t h = t->shape[0], w = t->shape[1];
     const size_t pixel = DTypeSize(t->dtype) * (t->shape.size() == 3 ? t->shape[2] : 1);
     UninitBuffer out(t->data.size());
@@ -245,12 +247,46 @@ class Flip : public Transform {
     e.fields[field_] = Tensor{t->dtype, t->shape, std::move(out).Finish()};
     return e;
   }
+  // Whether this element is flipped (the op's one random draw).
+  bool Draw(Rng& rng) const { return rng.Uniform() < p_; }
+  bool vertical() const { return vertical_; }
 
  private:
   std::string field_;
   double p_;
   bool vertical_;
 };
+
+// One pass from a uint8 HWC image to `dst`: flipped as asked, in HWC or CHW layout, each value
+// kept (Out = uint8_t) or converted to v * a[k] + b[k] (Out = float). The loops run per channel
+// with the flip and layout decided outside them, so the compiler vectorises them; the arithmetic
+// is the expression normalize evaluates, so the values are bit for bit those of flip, then
+// normalize.
+template <typename Out>
+void FlipConvert(const uint8_t* src, int64_t h, int64_t w, int64_t c, bool hflip, bool vflip,
+                 bool chw, const float* a, const float* b, Out* dst) {
+  for (int64_t y = 0; y < h; ++y) {
+    const uint8_t* row = src + (vflip ? h - 1 - y : y) * w * c;
+    for (int64_t k = 0; k < c; ++k) {
+      const uint8_t* in = row + k;
+      Out* out = chw ? dst + (k * h + y) * w : dst + y * w * c + k;
+      const int64_t step = chw ? 1 : c;
+      const float ak = a != nullptr ? a[k] : 1.0f, bk = b != nullptr ? b[k] : 0.0f;
+      auto convert = [ak, bk](uint8_t v) -> Out {
+        if constexpr (std::is_same_v<Out, float>) {
+          return static_cast<float>(v) * ak + bk;
+        } else {
+          return v;
+        }
+      };
+      if (hflip) {
+        for (int64_t x = 0; x < w; ++x) out[x * step] = convert(in[(w - 1 - x) * c]);
+      } else {
+        for (int64_t x = 0; x < w; ++x) out[x * step] = convert(in[x * c]);
+      }
+    }
+  }
+}
 
 class Normalize : public Transform {
  public:
@@ -259,43 +295,75 @@ class Normalize : public Transform {
         mean_(p.NumberList("mean", std::vector<double>{0.0}, 1, 4)),
         std_(p.NumberList("std", std::vector<double>{1.0}, 1, 4, 1e-12, 1e12)),
         chw_(p.String("layout", "HWC", {"HWC", "CHW"}) == "CHW"),
-        scale_(p.Number("scale", 1.0 / 255.0)) {}
+        scale_(p.Number("scale", 1.0 / 255.0)),
+        uint8_(p.String("dtype", "float32", {"float32", "uint8"}) == "uint8") {
+    if (uint8_ && (p.Has("mean") || p.Has("std") || p.Has("scale"))) {
+      p.Fail("dtype",
+             "with \"dtype\": \"uint8\" the values are left as they are (for normalizing on the "
+             "GPU); drop mean, std and scale, or use \"dtype\": \"float32\"");
+    }
+  }
   Result Apply(Element e, Rng&) const override {
     ASSIGN_OR_RETURN(const Tensor* t, e.Field(field_));
-    if ((t->dtype != DType::kUint8 && t->dtype != DType::kFloat32) || t->shape.size() != 3) {
+    RETURN_IF_ERROR(CheckInput(*t));
+    const int64_t h = t->shape[0], w = t->shape[1], c = t->shape[2];
+    const int64_t plane = h * w;
+    UninitBuffer out(static_cast<size_t>(plane * c) * (uint8_ ? 1 : sizeof(float)));
+    std::vector<int64_t> shape = chw_ ? std::vector<int64_t>{c, h, w} : t->shape;
+    if (uint8_) {
+      FlipConvert<uint8_t>(t->values<uint8_t>(), h, w, c, false, false, chw_, nullptr, nullptr,
+                           out.data());
+      e.fields[field_] = Tensor{DType::kUint8, std::move(shape), std::move(out).Finish()};
+      return e;
+    }
+    std::vector<float> a, b;
+    Coefficients(c, t->dtype, &a, &b);
+    float* dst = reinterpret_cast<float*>(out.data());
+    if (t->dtype == DType::kUint8) {
+      Apply(t->values<uint8_t>(), dst, plane, c, a, b);
+    } else {
+      Apply(t->values<float>(), dst, plane, c, a, b);
+    }
+    e.fields[field_] = Tensor{DType::kFloat32, std::move(shape), std::move(out).Finish()};
+    return e;
+  }
+
+  // The checks Apply makes on its input.
+  absl::Status CheckInput(const Tensor& t) const {
+    if ((t.dtype != DType::kUint8 && t.dtype != DType::kFloat32) || t.shape.size() != 3) {
       return absl::InvalidArgumentError(StrCat("normalize: field '", field_,
                                                "' must be an image [height, width, channels] "
                                                "of uint8 or float32, got ",
-                                               DTypeName(t->dtype), " ", t->ShapeString()));
+                                               DTypeName(t.dtype), " ", t.ShapeString()));
     }
-    const int64_t h = t->shape[0], w = t->shape[1], c = t->shape[2];
+    if (uint8_ && t.dtype != DType::kUint8) {
+      return absl::InvalidArgumentError(StrCat("normalize: \"dtype\": \"uint8\" needs a uint8 ",
+                                               "image, but field '", field_, "' is ",
+                                               DTypeName(t.dtype)));
+    }
+    const int64_t c = t.shape[2];
     if ((mean_.size() != 1 && static_cast<int64_t>(mean_.size()) != c) ||
         (std_.size() != 1 && static_cast<int64_t>(std_.size()) != c)) {
       return absl::InvalidArgumentError(StrCat("normalize: field '", field_, "' has ", c,
                                                " channels but mean/std have ", mean_.size(), "/",
                                                std_.size(), " values"));
     }
-    // out = (x * scale - mean) / std = x * a + b
-    std::vector<float> a(c), b(c);
+    return absl::OkStatus();
+  }
+  // out = (x * scale - mean) / std = x * a + b, per channel.
+  void Coefficients(int64_t c, DType in, std::vector<float>* a, std::vector<float>* b) const {
+    a->resize(c);
+    b->resize(c);
     for (int64_t k = 0; k < c; ++k) {
       double m = mean_.size() == 1 ? mean_[0] : mean_[k];
       double s = std_.size() == 1 ? std_[0] : std_[k];
-      double in_scale = t->dtype == DType::kUint8 ? scale_ : 1.0;
-      a[k] = static_cast<float>(in_scale / s);
-      b[k] = static_cast<float>(-m / s);
+      double in_scale = in == DType::kUint8 ? scale_ : 1.0;
+      (*a)[k] = static_cast<float>(in_scale / s);
+      (*b)[k] = static_cast<float>(-m / s);
     }
-    UninitBuffer out(static_cast<size_t>(h * w * c) * sizeof(float));
-    float* dst = reinterpret_cast<float*>(out.data());
-    const int64_t plane = h * w;
-    if (t->dtype == DType::kUint8) {
-      Apply(t->values<uint8_t>(), dst, plane, c, a, b);
-    } else {
-      Apply(t->values<float>(), dst, plane, c, a, b);
-    }
-    std::vector<int64_t> shape = chw_ ? std::vector<int64_t>{c, h, w} : t->shape;
-    e.fields[field_] = Tensor{DType::kFloat32, std::move(shape), std::move(out).Finish()};
-    return e;
   }
+  bool chw() const { return chw_; }
+  bool uint8() const { return uint8_; }
 
  private:
   // One pass per channel with the layout decided outside the inner loop (vectorises).
@@ -319,6 +387,78 @@ class Normalize : public Transform {
   std::vector<double> mean_, std_;
   bool chw_;
   double scale_;
+  bool uint8_;
+};
+
+// decode_image (with or without random_resized_crop), then flips, then normalize, as one op: the
+// decoded (cropped) image goes through one pass that flips, converts and lays it out, straight
+// into the batch buffer when the map stage hands it a slot. Each part draws from its own op's
+// random stream, so the result is bit for bit that of the ops run one after another.
+class ImageChain : public SlotWriter {
+ public:
+  ImageChain(std::unique_ptr<Transform> decode, uint64_t decode_seed, std::string field,
+             int channels, std::optional<std::pair<int, int>> size,
+             std::vector<std::pair<Flip, uint64_t>> flips, std::optional<Normalize> normalize)
+      : decode_(std::move(decode)),
+        decode_seed_(decode_seed),
+        field_(std::move(field)),
+        channels_(channels),
+        size_(size),
+        flips_(std::move(flips)),
+        normalize_(std::move(normalize)) {}
+
+  size_t slot_bytes() const override {
+    if (!size_) return 0;
+    return static_cast<size_t>(size_->first) * size_->second * channels_ * ValueBytes();
+  }
+  Result Apply(Element e, Rng& rng) const override { return ApplyInto(std::move(e), rng, {}, {}); }
+  Result ApplyInto(Element e, Rng&, uint8_t* slot, Buffer slot_view) const override {
+    const uint64_t epoch = static_cast<uint64_t>(e.epoch), index = e.sample_index;
+    Rng decode_rng(MixSeed({decode_seed_, epoch, index}));
+    ASSIGN_OR_RETURN(std::optional<Element> decoded, decode_->Apply(std::move(e), decode_rng));
+    if (!decoded) return std::nullopt;  // on_error: skip
+    e = std::move(*decoded);
+    const Tensor image = e.fields.at(field_);
+    if (normalize_) RETURN_IF_ERROR(normalize_->CheckInput(image));
+    bool hflip = false, vflip = false;
+    for (const auto& [flip, seed] : flips_) {
+      Rng flip_rng(MixSeed({seed, epoch, index}));
+      if (flip.Draw(flip_rng)) (flip.vertical() ? vflip : hflip) ^= true;
+    }
+    const int64_t h = image.shape[0], w = image.shape[1], c = image.shape[2];
+    const size_t bytes = static_cast<size_t>(h * w * c) * ValueBytes();
+    UninitBuffer own;
+    if (slot == nullptr || bytes != slot_bytes()) {  // no slot, or not the expected size
+      own = UninitBuffer(bytes);
+      slot = own.data();
+    }
+    const bool chw = normalize_ && normalize_->chw();
+    const uint8_t* src = image.values<uint8_t>();
+    if (ValueBytes() == 1) {
+      FlipConvert<uint8_t>(src, h, w, c, hflip, vflip, chw, nullptr, nullptr, slot);
+    } else {
+      std::vector<float> a, b;
+      normalize_->Coefficients(c, DType::kUint8, &a, &b);
+      FlipConvert<float>(src, h, w, c, hflip, vflip, chw, a.data(), b.data(),
+                         reinterpret_cast<float*>(slot));
+    }
+    std::vector<int64_t> shape = chw ? std::vector<int64_t>{c, h, w} : image.shape;
+    Buffer data = own.data() != nullptr ? std::move(own).Finish() : std::move(slot_view);
+    e.fields[field_] = Tensor{ValueBytes() == 1 ? DType::kUint8 : DType::kFloat32, std::move(shape),
+                              std::move(data)};
+    return e;
+  }
+
+ private:
+  size_t ValueBytes() const { return normalize_ && !normalize_->uint8() ? sizeof(float) : 1; }
+
+  std::unique_ptr<Transform> decode_;
+  uint64_t decode_seed_;
+  std::string field_;
+  int channels_;
+  std::optional<std::pair<int, int>> size_;  // the crop's [height, width], if there is a crop
+  std::vector<std::pair<Flip, uint64_t>> flips_;
+  std::optional<Normalize> normalize_;
 };
 
 }  // namespace
@@ -326,6 +466,28 @@ class Normalize : public Transform {
 absl::StatusOr<std::unique_ptr<Transform>> MakeDecodeRandomResizedCrop(ParamReader& decode,
                                                                        ParamReader& crop) {
   return std::unique_ptr<Transform>(new DecodeRandomResizedCrop(decode, crop));
+}
+
+absl::StatusOr<std::unique_ptr<Transform>> MakeImageChain(
+    ParamReader& decode, ParamReader* crop, uint64_t decode_seed,
+    const std::vector<std::pair<ParamReader*, uint64_t>>& flips, ParamReader* normalize) {
+  const std::string field = decode.String("field");
+  const int channels = static_cast<int>(decode.Int("channels", 3, 1, 3));
+  std::unique_ptr<Transform> first;
+  std::optional<std::pair<int, int>> size;
+  if (crop != nullptr) {
+    auto fused = std::make_unique<DecodeRandomResizedCrop>(decode, *crop);
+    size = crop->Size("size");
+    first = std::move(fused);
+  } else {
+    first = std::make_unique<DecodeImageOp>(decode);
+  }
+  std::vector<std::pair<Flip, uint64_t>> flip_ops;
+  for (const auto& [params, seed] : flips) flip_ops.emplace_back(Flip(*params), seed);
+  std::optional<Normalize> norm;
+  if (normalize != nullptr) norm.emplace(*normalize);
+  return std::unique_ptr<Transform>(new ImageChain(std::move(first), decode_seed, field, channels,
+                                                   size, std::move(flip_ops), std::move(norm)));
 }
 
 void RegisterImageTransforms() {

@@ -23,22 +23,40 @@ using ops_internal::ThreadCpuNanos;
 
 class MapNode : public DatasetNode {
  public:
-  MapNode(NodePtr input, std::vector<MapStep> steps, int parallelism)
-      : input_(std::move(input)), steps_(std::move(steps)), parallelism_(parallelism) {}
+  MapNode(NodePtr input, std::vector<MapStep> steps, int parallelism, int64_t batch_size)
+      : input_(std::move(input)),
+        steps_(std::move(steps)),
+        parallelism_(parallelism),
+        batch_size_(batch_size),
+        slot_writer_(batch_size > 0 ? dynamic_cast<const SlotWriter*>(steps_.back().transform.get())
+                                    : nullptr) {
+    if (slot_writer_ != nullptr && slot_writer_->slot_bytes() == 0) slot_writer_ = nullptr;
+  }
   std::unique_ptr<Iterator> MakeIterator(const IteratorContext& ctx) const override;
 
   NodePtr input_;
   std::vector<MapStep> steps_;
   int parallelism_;
+  int64_t batch_size_;
+  const SlotWriter* slot_writer_;  // the last step, when its output goes into batch slots
+};
+
+// Where the last step writes its output: a slot of the batch buffer being filled.
+struct OutputSlot {
+  uint8_t* data = nullptr;
+  Buffer view;
 };
 
 absl::StatusOr<std::optional<Element>> RunSteps(const std::vector<MapStep>& steps,
-                                                const std::vector<StageStats*>& stats, Element e) {
+                                                const std::vector<StageStats*>& stats, Element e,
+                                                const SlotWriter* writer, OutputSlot slot) {
   for (size_t i = 0; i < steps.size(); ++i) {
     int64_t start = ThreadCpuNanos();
     Rng rng(MixSeed({steps[i].seed, static_cast<uint64_t>(e.epoch), e.sample_index}));
     std::string key = e.FirstKey();
-    auto result = steps[i].transform->Apply(std::move(e), rng);
+    auto result = writer != nullptr && i + 1 == steps.size()
+                      ? writer->ApplyInto(std::move(e), rng, slot.data, std::move(slot.view))
+                      : steps[i].transform->Apply(std::move(e), rng);
     stats[i]->busy_ns += ThreadCpuNanos() - start;
     if (!result.ok()) {
       return Annotate(result.status(), StrCat(steps[i].name, " on sample '", key, "'"));
@@ -77,6 +95,7 @@ class MapIterator : public Iterator {
         auto slot = std::make_shared<Slot>();
         if (!in.ok() || !in->has_value()) {
           input_done_ = true;
+          batch_buffer_ = Buffer();  // not kept for a next epoch through this iterator
           if (in.ok()) break;
           slot->result = in.status();
           slot->done = true;
@@ -86,7 +105,7 @@ class MapIterator : public Iterator {
         auto state = input_->Save();
         slot->input_state = state.ok() ? *state : json();
         slots_.push_back(slot);
-        Schedule(slot, std::move(**in));
+        Schedule(slot, std::move(**in), NextOutputSlot());
       }
       if (slots_.empty()) return std::nullopt;
 
@@ -132,6 +151,8 @@ class MapIterator : public Iterator {
     input_done_ = false;
     RETURN_IF_ERROR(input_->Restore(state));
     delivered_state_ = state;
+    batch_buffer_ = Buffer();  // the next batch starts a new buffer
+    batch_used_ = 0;
     return absl::OkStatus();
   }
 
@@ -147,18 +168,38 @@ class MapIterator : public Iterator {
     int in_flight ABSL_GUARDED_BY(mu) = 0;
   };
 
-  void Schedule(std::shared_ptr<Slot> slot, Element e) {
+  void Schedule(std::shared_ptr<Slot> slot, Element e, OutputSlot output) {
     {
       absl::MutexLock lock(&shared_->mu);
       ++shared_->in_flight;
     }
-    ctx_.runtime->pool().Schedule([this, slot, shared = shared_, e = std::move(e)]() mutable {
-      auto result = RunSteps(node_.steps_, stats_, std::move(e));
-      absl::MutexLock lock(&shared->mu);
-      slot->result = std::move(result);
-      slot->done = true;
-      --shared->in_flight;
-    });
+    ctx_.runtime->pool().Schedule(
+        [this, slot, shared = shared_, e = std::move(e), output = std::move(output)]() mutable {
+          auto result =
+              RunSteps(node_.steps_, stats_, std::move(e), node_.slot_writer_, std::move(output));
+          absl::MutexLock lock(&shared->mu);
+          slot->result = std::move(result);
+          slot->done = true;
+          --shared->in_flight;
+        });
+  }
+
+  // The next slot of the batch buffer, in input order (so a batch that drops no element finds
+  // its elements back to back); a new buffer when the current one is full.
+  OutputSlot NextOutputSlot() {
+    if (node_.slot_writer_ == nullptr) return {};
+    const size_t bytes = node_.slot_writer_->slot_bytes();
+    if (batch_buffer_.empty() || batch_used_ == node_.batch_size_) {
+      UninitBuffer buffer(bytes * static_cast<size_t>(node_.batch_size_));
+      batch_base_ = buffer.data();
+      batch_buffer_ = std::move(buffer).Finish();
+      batch_used_ = 0;
+    }
+    const size_t offset = bytes * static_cast<size_t>(batch_used_++);
+    OutputSlot slot{batch_base_ + offset, batch_buffer_.Slice(offset, bytes)};
+    // Full: only its slots hold it now, so it goes back to the pool with the batch.
+    if (batch_used_ == node_.batch_size_) batch_buffer_ = Buffer();
+    return slot;
   }
 
   void Drain() {
@@ -202,6 +243,9 @@ class MapIterator : public Iterator {
   std::deque<std::shared_ptr<Slot>> slots_;  // in input order
   bool input_done_ = false;
   std::optional<json> delivered_state_;  // input state after the last returned element
+  Buffer batch_buffer_;                  // the batch buffer being filled (slot_writer_ only)
+  uint8_t* batch_base_ = nullptr;        // its first byte, writable by the slot's task only
+  int64_t batch_used_ = 0;               // its slots handed out
   int limit_;
   int max_limit_;
   int window_count_ = 0;
@@ -215,8 +259,9 @@ std::unique_ptr<Iterator> MapNode::MakeIterator(const IteratorContext& ctx) cons
 
 }  // namespace
 
-NodePtr MakeMapNode(NodePtr input, std::vector<MapStep> steps, int parallelism) {
-  return std::make_shared<MapNode>(std::move(input), std::move(steps), parallelism);
+NodePtr MakeMapNode(NodePtr input, std::vector<MapStep> steps, int parallelism,
+                    int64_t batch_size) {
+  return std::make_shared<MapNode>(std::move(input), std::move(steps), parallelism, batch_size);
 }
 
 }  // namespace stoker::data
