@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that stoker's build, tests, benchmarks and demo need.
+# Installs every Debian 12 package that stoker's build, tests, benchmarks and demo need, and the
+# pinned npm packages of the Kubernetes manifest check (deploy/validate).
 # Idempotent: packages already present are skipped; `apt-get update` runs at most once per call,
 # and only when something is missing. Uses sudo when not root.
+#   --build-only   only what building the `stoker` binary needs (deploy/Containerfile uses it)
 set -euo pipefail
 
-packages=(
+build_only=0
+[[ ${1:-} == --build-only ]] && build_only=1
+
+build_packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev clang-format clang-tidy
   # libraries
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcurl4-openssl-dev libssl-dev libtinyxml2-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
   libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
-  googletest libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev python3-dev
+)
+packages=(
+  "${build_packages[@]}"
   # python (Debian's /usr/bin/python3; there is no PyPI here)
   python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pybind11 python3-matplotlib
   python3-pil imagemagick
@@ -34,9 +42,31 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+# Node.js and npm for the Kubernetes manifests' offline check (deploy/validate), from Debian unless
+# a node with its npm is already installed (another distribution's nodejs package includes npm and
+# conflicts with Debian's).
+if ((!build_only)); then
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
+fi
+
+# The npm packages of deploy/validate, exactly as its package-lock.json pins them (into
+# deploy/validate/node_modules; nothing global).
+install_npm() {
+  ((build_only)) && return 0
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/deploy/validate"
+  if [[ -f $dir/package-lock.json ]] && ! cmp -s "$dir/package-lock.json" \
+      "$dir/node_modules/.stoker-installed-lock" 2>/dev/null; then
+    echo "install-deps: npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error &&
+      cp package-lock.json node_modules/.stoker-installed-lock)
+  fi
+}
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
+  install_npm
   exit 0
 fi
 
@@ -55,4 +85,5 @@ done
 if command -v systemctl >/dev/null && systemctl is-enabled --quiet prometheus 2>/dev/null; then
   "${sudo_cmd[@]}" systemctl disable prometheus || true
 fi
+install_npm
 echo "install-deps: done"
