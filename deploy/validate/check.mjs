@@ -8,8 +8,8 @@
 //
 // Each object is validated against the Kubernetes 1.27 API schema (OpenAPI, as compiled into the
 // npm package kubernetes-models 4.5.1, pinned in package-lock.json): types, required fields, enums
-// and formats. Like the API schema, it lets unknown fields pass. Then the references between
-// objects that no schema sees: selectors and pod labels, named probe ports, the StatefulSet's
+// and formats; and, as the API server's strict field validation, no unknown field (from the
+// package's type declarations). Then the references between objects that no schema sees: selectors and pod labels, named probe ports, the StatefulSet's
 // Service, the service account and the role binding, the Prometheus port annotation.
 //
 // The chart is rendered here, not by helm (not installed): its templates may use only value
@@ -131,6 +131,60 @@ function validateSchema(obj, where) {
   return true;
 }
 
+// --- unknown fields --------------------------------------------------------------------------------
+// The schema lets unknown fields pass; the API server's strict field validation does not. The
+// fields each type has are read from kubernetes-models' type declarations (the .d.ts file of each
+// type lists its interface's properties and the types they refer to, generated from the same
+// OpenAPI schema), so a misspelt field is caught here too.
+
+const interfaces = new Map();  // .d.ts path -> {props: Map(name -> type), imports: Map(id -> path)}
+
+function parseDeclarations(file) {
+  if (interfaces.has(file)) return interfaces.get(file);
+  const text = fs.readFileSync(file, "utf8");
+  const imports = new Map();
+  for (const m of text.matchAll(/^import \{ (\w+) \} from "([^"]+)";$/gm)) {
+    const target = m[2].startsWith(".") ? path.resolve(path.dirname(file), m[2])
+                                        : path.join(here, "node_modules", m[2]);
+    imports.set(m[1], `${target}.d.ts`);
+  }
+  const props = new Map();
+  const body = /^export interface I\w+( extends TypeMeta)? \{\n([\s\S]*?)^\}/m.exec(text);
+  if (body) {
+    if (body[1]) ["apiVersion", "kind"].forEach((k) => props.set(k, "string;"));
+    for (const m of body[2].matchAll(/^ {4}"([^"]+)"\??: (.*)$/gm)) props.set(m[1], m[2]);
+  }
+  const entry = { props, imports, known: Boolean(body) };
+  interfaces.set(file, entry);
+  return entry;
+}
+
+function checkFields(value, file, where) {
+  const decl = parseDeclarations(file);
+  if (!decl.known || value === null || typeof value !== "object" || Array.isArray(value)) return;
+  for (const [key, child] of Object.entries(value)) {
+    if (!decl.props.has(key)) {
+      problem(where, `unknown field "${key}"`);
+      continue;
+    }
+    // A reference to another type, alone or as an array's elements; maps and scalars end here.
+    const m = /^(?:Array<)?(I\w+)>?;$/.exec(decl.props.get(key));
+    const target = m && decl.imports.get(m[1]);
+    if (!target) continue;
+    const items = Array.isArray(child) ? child : [child];
+    items.forEach((item, i) =>
+      checkFields(item, target, `${where}/${key}${Array.isArray(child) ? `/${i}` : ""}`));
+  }
+}
+
+function checkUnknownFields(obj, where) {
+  const file = require.resolve(`kubernetes-models/${obj.apiVersion}/${obj.kind}`)
+    .replace(/\.js$/, ".d.ts");
+  const before = problems.length;
+  checkFields(obj, file, `${where}: ${obj.kind} ${obj.metadata?.name} `);
+  return problems.length === before;
+}
+
 // --- references between objects -------------------------------------------------------------------
 
 const matches = (selector, labels) =>
@@ -247,7 +301,7 @@ function validateText(text, where) {
     const obj = doc.toJS();
     if (obj === null) return;  // an empty document
     const id = `${where} (document ${i + 1})`;
-    if (validateSchema(obj, id)) objects.push(obj);
+    if (validateSchema(obj, id) && checkUnknownFields(obj, id)) objects.push(obj);
   });
   if (!problems.length) checkReferences(objects, where);
   return objects;

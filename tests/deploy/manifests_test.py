@@ -4,7 +4,8 @@ rendered by deploy/validate/check.mjs (value substitution only), every object va
 Kubernetes 1.27 API schema (npm kubernetes-models, installed by scripts/install-deps.sh) and the
 references between them; deploy/kubernetes/stoker.yaml must be the chart rendered with defaults.
 Then broken copies must be rejected, naming what is wrong: a wrong type, a selector that selects
-nothing, a probe on a port the container lacks, a template construct the renderer cannot render.
+nothing, a probe on a port the container lacks, a misspelt field, a missing required field, a Role
+for another Deployment, a template construct the renderer cannot render.
 
 Usage: manifests_test.py SOURCE_DIR
 """
@@ -75,6 +76,10 @@ def main():
                         good.replace("              port: http\n            initialDelaySeconds",
                                      "              port: metrics\n            initialDelaySeconds"),
                         r"livenessProbe uses port metrics")
+        expect_rejected(work, "unknown-field",
+                        good.replace("            initialDelaySeconds: 5",
+                                     "            initialDelaySecond: 5"),
+                        r'containers/0/livenessProbe: unknown field "initialDelaySecond"')
         expect_rejected(work, "missing-required",
                         good.replace("roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n"
                                      "  name: stoker-worker-scaler\n", ""),
