@@ -179,6 +179,52 @@ def test_consumers_of_a_named_job_share_it_exactly_once(stoker_bin, tmp_path):
         assert len(victim_keys) < n
 
 
+def test_a_worker_killed_under_a_shared_job_gives_no_element_to_two_consumers(stoker_bin,
+                                                                            tmp_path):
+    # Two trainers (a step of 10 ms a batch) share a job; their clients fetch ahead, so each holds
+    # splits it has not delivered yet when a worker is killed with kill -9. The killed worker's
+    # splits are run again on the other worker, and each re-run split must go to the consumer that
+    # holds it in part: the union of what the two delivered is the epoch, each key once.
+    n = 24000
+    cluster_dir = tmp_path / "cluster"
+    with Cluster(stoker_bin, cluster_dir, worker_timeout_ms=1000) as cluster:
+        workers = [cluster.add_worker(), cluster.add_worker()]
+        script = textwrap.dedent(f"""
+            import sys, time, stoker
+            served = stoker.memory_range({n}).batch(50).distribute(
+                "{cluster.address}", job_name="shared-worker-kill")
+            print("ready", file=sys.stderr, flush=True)
+            sys.stdin.readline()  # both consumers start reading together
+            for batch in served:
+                print(" ".join(str(int(v)) for v in batch["value"]), flush=True)
+                time.sleep(0.01)
+        """)
+        outs = [open(tmp_path / f"consumer{i}.txt", "w") for i in range(2)]
+        consumers = [subprocess.Popen([PYTHON, "-c", script], env=python_env(), stdout=out,
+                                      stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for out in outs]
+        for c in consumers:
+            assert c.stderr.readline() == "ready\n"
+        for c in consumers:
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        lines = lambda i: (tmp_path / f"consumer{i}.txt").read_text().splitlines()
+        deadline = time.monotonic() + 60
+        while min(len(lines(0)), len(lines(1))) < 20:
+            assert time.monotonic() < deadline and all(c.poll() is None for c in consumers), \
+                (len(lines(0)), len(lines(1)),
+                 [c.stderr.read() for c in consumers if c.poll() is not None])
+            time.sleep(0.01)
+        workers[0].kill()
+        for c in consumers:
+            assert c.wait(timeout=120) == 0, c.stderr.read()
+        keys = [int(v) for i in range(2) for line in lines(i) for v in line.split()]
+        assert sorted(keys) == list(range(n)), (
+            f"{len(keys) - len(set(keys))} keys delivered twice, "
+            f"{n - len(set(keys))} missing")
+        assert min(len(lines(0)), len(lines(1))) > 0, "the job was not shared"
+
+
 def test_parameters_that_disagree_are_refused(stoker_bin, tmp_path):
     spec = write_spec(tmp_path, {"source": {"range": 1000000}})
     with Cluster(stoker_bin, tmp_path / "cluster") as cluster:

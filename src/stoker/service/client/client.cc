@@ -292,6 +292,10 @@ void ServiceClient::HeartbeatLoop() {
       if (stopping_) return;
       req.set_client_id(client_id_);
       for (int64_t s : to_ack_) req.add_completed_splits(s);
+      if (options_.num_consumers == 0) {  // shared jobs: a re-run of these comes to this client
+        for (const auto& [s, progress] : splits_) req.add_held_splits(s);
+        for (int64_t s : to_ack_) req.add_held_splits(s);
+      }
       for (const auto& [id, f] : fetchers_)
         if (f->ended) req.add_ended_workers(id);
     }

@@ -308,6 +308,7 @@ absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why)
   const int64_t index = client.consumer_index;
   RETURN_IF_ERROR(Update({{"type", "remove_client"}, {"client_id", client_id}}));
   client_seen_.erase(client_id);
+  held_splits_.erase(client_id);
   const auto* job = state_.FindJob(job_id);
   if (job == nullptr || !job->ended.empty() || state_.JobFinished(*job)) return absl::OkStatus();
   SPDLOG_INFO("dispatcher: client {} of job {} removed: {}", client_id, job_id, why);
@@ -548,8 +549,17 @@ void Dispatcher::ListTasks(int64_t worker_id, const std::set<int64_t>& running,
 }
 
 void Dispatcher::SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin,
-                          int64_t end, GetSplitResponse* resp) {
+                          int64_t end, GetSplitResponse* resp) const {
   int64_t epoch = begin / job.num_samples;
+  if (job.num_consumers == 0) {
+    for (int64_t client : job.clients) {
+      auto held = held_splits_.find(client);
+      if (held != held_splits_.end() && held->second.count(split_id)) {
+        resp->set_owner_client_id(client);
+        break;
+      }
+    }
+  }
   resp->set_kind(GetSplitResponse::SPLIT);
   resp->set_split_id(split_id);
   resp->set_epoch(job.first_epoch + epoch);
@@ -603,6 +613,11 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
     }
   }
   if (!job->pending.empty()) {
+    // Just restarted: consumers have not yet said which splits they hold (SetSplit).
+    if (Clock::now() - started_ < options_.worker_timeout && !job->clients.empty()) {
+      resp->set_kind(GetSplitResponse::WAIT);
+      return absl::OkStatus();
+    }
     int64_t split_id = job->pending.front();
     RETURN_IF_ERROR(Update({{"type", "lease_split"},
                             {"job_id", job->id},
@@ -693,6 +708,9 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                                              job->id));
   }
   client_seen_[client_id] = Clock::now();
+  if (job->num_consumers == 0) {
+    held_splits_[client_id] = {req.held_splits().begin(), req.held_splits().end()};
+  }
   resp->set_client_id(client_id);
   json acks = json::array();
   for (int64_t split_id : req.completed_splits()) {

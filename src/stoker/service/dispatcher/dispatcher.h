@@ -92,9 +92,10 @@ class Dispatcher {
  private:
   explicit Dispatcher(const DispatcherOptions& options) : options_(options) {}
   absl::Status Update(const nlohmann::json& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A SPLIT reply for positions [begin, end) of the job (epoch and positions within it).
-  static void SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin,
-                       int64_t end, GetSplitResponse* resp);
+  // A SPLIT reply for positions [begin, end) of the job (epoch and positions within it), naming
+  // the consumer that holds the split in part, if one does (a shared job's split leased again).
+  void SetSplit(const DispatcherState::Job& job, int64_t split_id, int64_t begin, int64_t end,
+                GetSplitResponse* resp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The tasks every worker should run now (unfinished jobs without an error).
   // An unhealthy worker is listed only the tasks it runs already (`running`).
   void ListTasks(int64_t worker_id, const std::set<int64_t>& running, WorkerHeartbeatResponse* resp)
@@ -139,6 +140,11 @@ class Dispatcher {
   // neither is journaled: workers report both in every heartbeat.
   absl::flat_hash_map<int64_t, std::string> unhealthy_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::set<int64_t>> running_ ABSL_GUARDED_BY(mu_);
+  // Shared jobs: the splits each consumer holds in part or has not had acknowledged (its last
+  // heartbeat's held_splits). Not journaled: consumers report it every heartbeat, and after a
+  // restart no split is leased again before a worker timeout has passed (they reconnect first).
+  absl::flat_hash_map<int64_t, std::set<int64_t>> held_splits_ ABSL_GUARDED_BY(mu_);
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);  // oldest first; not journaled
   // Bumped by every update that can change a worker's task list (heartbeats wait for it).

@@ -567,6 +567,12 @@ absl::Status Worker::RunDynamic(Task* task) {
       absl::MutexLock lock(&mu_);
       task->dropped_splits.erase(resp.split_id());
       task->owner.erase(resp.split_id());
+      // A split leased again that a consumer holds in part goes to that consumer only.
+      const int64_t owner = resp.owner_client_id();
+      if (owner != 0 && task->num_consumers == 0 && !task->removed_clients.count(owner)) {
+        task->owner[resp.split_id()] = owner;
+        task->streams[owner].splits.push_back(resp.split_id());
+      }
     }
     // Process the split through a fresh iterator, so that its elements are exactly its samples.
     auto start = Clock::now();
