@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check
+.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check soak
 
 all: build
 
@@ -61,6 +61,15 @@ demo: deps build
 
 bench: deps build
 	/usr/bin/python3 bench/run.py --build $(BUILD)
+
+# The fault soak (tests/soak/soak.py) for SOAK_MINUTES (20): workers killed, the dispatcher
+# restarted and S3 faults injected under shared and coordinated jobs; results in
+# bench/results/soak.md. `make test` runs a 2-minute version (CTest soak_short).
+SOAK_MINUTES ?= 20
+soak: deps build
+	/usr/bin/python3 tests/soak/soak.py --stoker $(BUILD)/stoker --fault-proxy $(BUILD)/stoker-fault-proxy \
+	  --make-test-images $(BUILD)/make_test_images --python-dir $(BUILD)/python --source-dir $(CURDIR) \
+	  --minutes $(SOAK_MINUTES) --report bench/results/soak.md --out $(BUILD)/soak_out
 
 clean:
 	rm -rf build build-asan build-fuzz build-cuda
