@@ -33,6 +33,13 @@ CONSUMER_HTTP_PORT = 9100  # the trainer's namespace has every port free
 WORKER_TIMEOUT_MS = 1500
 
 
+T0 = time.time()
+
+
+def step(what):
+    print(f"[{time.time() - T0:5.1f} s] {what}", flush=True)
+
+
 def load_netns_cluster():
     path = os.path.join(SOURCE_DIR, "scripts", "netns-cluster")
     loader = importlib.machinery.SourceFileLoader("netns_cluster", path)
@@ -110,13 +117,16 @@ def main():
             fail(f"the local run read {len(expected)} keys ({len(set(expected))} distinct), "
                  "expected 120")
 
+        step("dataset made")
         hosts = ["dispatcher", "s3", "w1", "w2", ("trainer", TRAINER_RATE)]
         with netns.Cluster(hosts, rate="1gbit", state_dir=os.path.join(work, "netns")) as cluster:
             # The S3 server on its host, listening on that host's address.
+            step("hosts up")
             s3_dir = os.path.join(work, "s3")
             subprocess.run(cluster.argv("s3", ["env", "STOKER_S3_BIND=0.0.0.0", S3_SERVER,
                                                "start", s3_dir]),
                            check=True, stdout=subprocess.DEVNULL, timeout=90)
+            step("S3 server up")
             env_lines = subprocess.run([S3_SERVER, "env", s3_dir], check=True,
                                        capture_output=True, text=True).stdout
             creds = dict(re.findall(r"export (\w+)=(\S+)", env_lines))
@@ -127,11 +137,13 @@ def main():
                                                creds["AWS_ENDPOINT_URL"], "s3", "mb",
                                                "s3://train"]),
                            env=with_creds, check=True, stdout=subprocess.DEVNULL)
+            step("bucket made")
             subprocess.run(cluster.argv("w1", [STOKER, "convert", images, "s3://train/shards/",
                                                "--shard-size", "131072"]),
                            env=with_creds, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
 
+            step("S3 server up, dataset uploaded")
             _, dout = start(cluster, "dispatcher", "dispatcher",
                             [STOKER, "dispatcher", "--port", "0", "--http-port", "0",
                              "--worker-timeout-ms", str(WORKER_TIMEOUT_MS),
