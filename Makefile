@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check soak
+.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check soak fuzz-long
 
 all: build
 
@@ -53,6 +53,14 @@ fuzz:
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DSTOKER_FUZZ=ON $(CMAKE_FLAGS)
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	bash scripts/run-fuzzers.sh build-fuzz
+
+# The fuzz campaign (not part of `make test`): every target up to 10 M executions or 30 min
+# (FUZZ_RUNS, FUZZ_LONG_SECONDS), new coverage merged into tests/fuzz/corpus, figures in
+# bench/results/fuzz.md.
+fuzz-long:
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DSTOKER_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	bash scripts/fuzz-long.sh build-fuzz
 
 # The all-in-one demo: a small JPEG dataset, converted to shards, served by an in-process dispatcher
 # and 2 workers, consumed with a progress bar.
