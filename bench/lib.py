@@ -157,6 +157,16 @@ class Context:
         log(f"wrote {os.path.relpath(path, SOURCE_DIR)}")
 
 
+def make_sample_tree(root, samples, sample_bytes, classes):
+    """root/classNN/IIIII.bin: `samples` files of `sample_bytes` random bytes in `classes` folders
+    (sample i in class i % classes), the original files the local-read suites compare with."""
+    for i in range(samples):
+        folder = os.path.join(root, f"class{i % classes:02d}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{i:05d}.bin"), "wb") as f:
+            f.write(os.urandom(sample_bytes))
+
+
 def machine_line():
     cpus = os.cpu_count()
     with open("/proc/meminfo") as f:

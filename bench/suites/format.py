@@ -27,18 +27,10 @@ BATCH = 256
 BATCHES = 4
 
 
-def make_tree(root):
-    for i in range(SAMPLES):
-        folder = os.path.join(root, f"class{i % CLASSES:02d}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{i:05d}.bin"), "wb") as f:
-            f.write(os.urandom(SAMPLE_BYTES))
-
-
 def run(ctx):
     env = ctx.s3()
     tree = os.path.join(ctx.tmp, "fmt-tree")
-    make_tree(tree)
+    lib.make_sample_tree(tree, SAMPLES, SAMPLE_BYTES, CLASSES)
     files = sorted(os.path.relpath(os.path.join(d, f), tree)
                    for d, _, fs in os.walk(tree) for f in fs)
     local_ds = os.path.join(ctx.tmp, "fmt-ds")

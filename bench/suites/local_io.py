@@ -22,7 +22,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import time
 
 import lib
@@ -33,14 +32,6 @@ CLASSES = 10
 BATCH = 256
 BATCHES = SAMPLES // BATCH  # 11 minibatches: 2,816 samples per run
 SECONDS = 3
-
-
-def make_tree(root):
-    for i in range(SAMPLES):
-        folder = os.path.join(root, f"class{i % CLASSES:02d}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{i:05d}.bin"), "wb") as f:
-            f.write(os.urandom(SAMPLE_BYTES))
 
 
 def drop(paths):
@@ -76,7 +67,7 @@ def fio(files, rw, bs, depth):
 
 def run(ctx):
     tree = os.path.join(ctx.tmp, "p12-tree")
-    make_tree(tree)
+    lib.make_sample_tree(tree, SAMPLES, SAMPLE_BYTES, CLASSES)
     ds = os.path.join(ctx.tmp, "p12-ds")
     lib.log("converting to local shards")
     lib.run([ctx.stoker, "convert", tree, ds, "--shard-size", "64M"])

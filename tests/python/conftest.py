@@ -20,15 +20,21 @@ def make_images_bin():
     return os.environ.get("STOKER_MAKE_TEST_IMAGES", os.path.join(BUILD_DIR, "make_test_images"))
 
 
-@pytest.fixture(scope="session")
-def shards(tmp_path_factory, stoker_bin, make_images_bin):
-    """3 classes x 20 JPEGs of 96x72, converted to shards; returns the dataset URL (a folder)."""
-    work = tmp_path_factory.mktemp("data")
-    subprocess.run([make_images_bin, str(work / "images"), "--classes", "3", "--per-class", "20",
-                    "--width", "96", "--height", "72"], check=True, stdout=subprocess.DEVNULL)
+def converted_images(work, stoker_bin, make_images_bin, per_class):
+    """3 classes x per_class JPEGs of 96x72 in work/images, converted to shards in work/shards;
+    returns the dataset URL (a folder)."""
+    subprocess.run([make_images_bin, str(work / "images"), "--classes", "3", "--per-class",
+                    str(per_class), "--width", "96", "--height", "72"], check=True,
+                   stdout=subprocess.DEVNULL)
     subprocess.run([stoker_bin, "convert", str(work / "images"), str(work / "shards")], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return str(work / "shards") + "/"
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory, stoker_bin, make_images_bin):
+    """3 classes x 20 JPEGs of 96x72, converted to shards; returns the dataset URL (a folder)."""
+    return converted_images(tmp_path_factory.mktemp("data"), stoker_bin, make_images_bin, 20)
 
 
 def image_spec(url):

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import stoker
+from conftest import converted_images
 from service_cluster import Cluster
 
 pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
@@ -21,12 +22,8 @@ pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
 @pytest.fixture(scope="module")
 def many_shards(tmp_path_factory, stoker_bin, make_images_bin):
     """3 classes x 100 JPEGs of 96x72 as shards: enough work that an epoch outlasts a kill."""
-    work = tmp_path_factory.mktemp("order-data")
-    subprocess.run([make_images_bin, str(work / "images"), "--classes", "3", "--per-class", "100",
-                    "--width", "96", "--height", "72"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([stoker_bin, "convert", str(work / "images"), str(work / "shards")], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return str(work / "shards") + "/"
+    return converted_images(tmp_path_factory.mktemp("order-data"), stoker_bin, make_images_bin,
+                            100)
 
 
 def slow_image_spec(url):
