@@ -1,8 +1,6 @@
 #include "stoker/io/local/local_store.h"
 
 #include <fcntl.h>
-#include <liburing.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,35 +25,21 @@
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
-#include "stoker/core/thread.h"
 #include "stoker/core/thread_pool.h"
+#include "stoker/io/local/local_read.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/io/range_util.h"
 
 namespace stoker::io {
 namespace fs = std::filesystem;
+using local_internal::ErrnoError;
+using local_internal::EtagOf;
+using local_internal::LocalRead;
+using local_internal::LogOnce;
+using local_internal::OpenFile;
+using local_internal::OpenForRead;
+using local_internal::PreadAll;
 namespace {
-
-absl::Status ErrnoError(int err, std::string_view what, std::string_view path) {
-  std::string message = StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-std::string EtagOf(const struct stat& st) {
-  return StrCat(st.st_size, "-", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "-", st.st_ino);
-}
 
 ObjectInfo InfoOf(std::string key, const struct stat& st) {
   return ObjectInfo{
@@ -121,371 +105,6 @@ class LocalWriter : public ObjectWriter {
 
 namespace {
 
-constexpr uint64_t kDirectAlign = 4096;
-
-// One file opened for the requests of one batch.
-struct OpenFile {
-  ~OpenFile() {
-    if (fd >= 0) ::close(fd);
-  }
-  std::string path;
-  int fd = -1;
-  absl::Status error;  // the open or fstat failed
-  uint64_t size = 0;
-  std::string etag;
-  bool direct = false;
-};
-
-void LogOnce(std::once_flag& flag, std::string message) {
-  std::call_once(flag, [&] { spdlog::warn("{}", message); });
-}
-
-std::shared_ptr<OpenFile> OpenForRead(std::string path, bool direct) {
-  auto file = std::make_shared<OpenFile>();
-  file->path = std::move(path);
-  int flags = O_RDONLY | O_CLOEXEC;
-  int fd = direct ? ::open(file->path.c_str(), flags | O_DIRECT) : -1;
-  if (direct && fd < 0 && errno == EINVAL) {
-    static std::once_flag logged;
-    LogOnce(logged, StrCat("the file system of ", file->path,
-                           " does not support O_DIRECT; reading through the page cache"));
-  }
-  file->direct = fd >= 0;
-  if (fd < 0) fd = ::open(file->path.c_str(), flags);
-  if (fd < 0) {
-    file->error = ErrnoError(errno, "cannot open", file->path);
-    return file;
-  }
-  file->fd = fd;
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    file->error = ErrnoError(errno, "cannot stat", file->path);
-  } else if (S_ISDIR(st.st_mode)) {
-    file->error = absl::NotFoundError(StrCat(file->path, " is a directory"));
-  } else {
-    file->size = static_cast<uint64_t>(st.st_size);
-    file->etag = EtagOf(st);
-  }
-  return file;
-}
-
-}  // namespace
-
-// One read in progress: the caller's range, the (for O_DIRECT widened) range read into `block`.
-struct LocalRead {
-  std::shared_ptr<OpenFile> file;
-  ReadCallback done;
-  ByteRange want;       // what the caller gets (clamped to the file)
-  uint64_t start = 0;   // file offset of block.data()[0]
-  uint64_t length = 0;  // bytes to read into the block
-  uint64_t got = 0;
-  BufferPool::Block block;
-  absl::Status error;
-
-  // Prepares the read; false when it is answered already (error, or nothing to read).
-  bool Prepare(const ReadRequest& request) {
-    if (!file->error.ok()) {
-      error = file->error;
-      return false;
-    }
-    if (!request.if_match.empty() && request.if_match != file->etag) {
-      error = absl::FailedPreconditionError(StrCat(
-          file->path, " changed while being read (expected version ", request.if_match, ")"));
-      return false;
-    }
-    auto clamped = ClampRange(request.range, file->size, file->path);
-    if (!clamped.ok()) {
-      error = clamped.status();
-      return false;
-    }
-    want = *clamped;
-    if (want.length == 0) return false;
-    start = want.offset;
-    uint64_t end = want.offset + want.length;
-    if (file->direct) {
-      start = want.offset / kDirectAlign * kDirectAlign;
-      end = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-    }
-    length = end - start;
-    block = BufferPool::Default().Get(length);
-    return true;
-  }
-
-  // Takes one system call's result; true when the read is complete (done, end of file or error).
-  bool Advance(int64_t result) {
-    if (result == -EINTR || result == -EAGAIN) return false;  // issue the rest again
-    if (result < 0) {
-      error = ErrnoError(static_cast<int>(-result), "cannot read",
-                         StrCat(file->path, " at offset ", start + got));
-      return true;
-    }
-    if (result == 0) return true;  // end of file: the file shrank under us
-    got += static_cast<uint64_t>(result);
-    // O_DIRECT reads come back short only at the end of the file.
-    return got >= length || (file->direct && got % kDirectAlign != 0);
-  }
-
-  absl::StatusOr<Buffer> Result() {
-    if (!error.ok()) return error;
-    if (want.length == 0) return Buffer();
-    uint64_t lead = want.offset - start;
-    if (got <= lead) return Buffer();
-    return block.Share(lead, std::min(want.length, got - lead));
-  }
-
-  void Complete() {
-    ReadCallback callback = std::move(done);
-    absl::StatusOr<Buffer> result = Result();
-    block = {};
-    file.reset();
-    std::move(callback)(std::move(result));
-  }
-};
-
-class LocalStore::Engine {
- public:
-  virtual ~Engine() = default;
-  virtual std::string_view name() const = 0;
-  // Issues prepared reads; each is Complete()d exactly once, on an engine thread.
-  virtual void Submit(std::vector<std::unique_ptr<LocalRead>> reads) = 0;
-};
-
-namespace {
-
-int InjectedErrno(const LocalStoreOptions& options, const LocalRead& read) {
-  if (!options.inject_error) return 0;
-  return options.inject_error(read.file->path, read.start + read.got);
-}
-
-// Reads with pread until the read is complete (done, end of file or error).
-void PreadAll(const LocalStoreOptions& options, LocalRead& read) {
-  while (true) {
-    int injected = InjectedErrno(options, read);
-    int64_t n = injected != 0
-                    ? -injected
-                    : ::pread(read.file->fd, read.block.data() + read.got, read.length - read.got,
-                              static_cast<off_t>(read.start + read.got));
-    if (n < 0 && injected == 0) n = -errno;
-    if (read.Advance(n)) return;
-  }
-}
-
-}  // namespace
-
-// pread on a thread pool: one request per thread at a time.
-class LocalStore::PreadEngine : public LocalStore::Engine {
- public:
-  PreadEngine(const LocalStoreOptions& options, int threads)
-      : options_(options), pool_("local-io", threads) {}
-  std::string_view name() const override { return "pread"; }
-
-  void Submit(std::vector<std::unique_ptr<LocalRead>> reads) override {
-    for (auto& read : reads) {
-      pool_.Schedule([this, read = std::move(read)]() mutable {
-        PreadAll(options_, *read);
-        read->Complete();
-      });
-    }
-  }
-
- private:
-  const LocalStoreOptions& options_;
-  ThreadPool pool_;
-};
-
-// io_uring: one ring per thread. Producers queue reads and wake the ring's thread through an
-// eventfd that the ring itself reads (so the thread sleeps in one place: io_uring_enter).
-class LocalStore::UringEngine : public LocalStore::Engine {
- public:
-  static absl::StatusOr<std::unique_ptr<UringEngine>> Create(const LocalStoreOptions& options,
-                                                             int threads) {
-    auto engine = std::unique_ptr<UringEngine>(new UringEngine(options));
-    for (int i = 0; i < threads; ++i) {
-      auto ring = std::make_unique<Ring>();
-      int err = io_uring_queue_init(options.ring_entries, &ring->ring, 0);
-      if (err < 0) {
-        return absl::UnavailableError(
-            StrCat("io_uring_queue_init(", options.ring_entries, "): ", std::strerror(-err)));
-      }
-      ring->initialised = true;
-      io_uring_probe* probe = io_uring_get_probe_ring(&ring->ring);
-      bool read_supported = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ);
-      if (probe != nullptr) io_uring_free_probe(probe);
-      if (!read_supported) {
-        return absl::UnavailableError("the kernel's io_uring has no IORING_OP_READ");
-      }
-      ring->wake_fd = ::eventfd(0, EFD_CLOEXEC);
-      if (ring->wake_fd < 0) return ErrnoError(errno, "cannot create", "an eventfd");
-      ring->entries = options.ring_entries;
-      engine->rings_.push_back(std::move(ring));
-    }
-    for (size_t i = 0; i < engine->rings_.size(); ++i) {
-      Ring* ring = engine->rings_[i].get();
-      ring->thread = StartThread(StrCat("local-uring-", i),
-                                 [engine = engine.get(), ring] { engine->Loop(*ring); });
-    }
-    return engine;
-  }
-
-  ~UringEngine() override {
-    for (auto& ring : rings_) {
-      {
-        absl::MutexLock lock(&ring->mu);
-        ring->stopping = true;
-      }
-      Wake(*ring);
-    }
-    for (auto& ring : rings_) {
-      if (ring->thread.joinable()) ring->thread.join();
-    }
-  }
-
-  std::string_view name() const override { return "io_uring"; }
-
-  void Submit(std::vector<std::unique_ptr<LocalRead>> reads) override {
-    if (reads.empty()) return;
-    // A small batch goes to one ring (the caller's own, when a callback submits more); a large
-    // one is spread over every ring, so that page-cache copies run on several cores.
-    size_t rings = reads.size() < 16 ? 1 : rings_.size();
-    size_t per_ring = (reads.size() + rings - 1) / rings;
-    size_t first = current_ != nullptr && current_->owner == this
-                       ? current_->index
-                       : next_.fetch_add(1, std::memory_order_relaxed) % rings_.size();
-    for (size_t r = 0; r < rings; ++r) {
-      Ring& ring = *rings_[(first + r) % rings_.size()];
-      size_t begin = r * per_ring, end = std::min(reads.size(), begin + per_ring);
-      if (begin >= end) break;
-      {
-        absl::MutexLock lock(&ring.mu);
-        for (size_t i = begin; i < end; ++i) ring.queue.push_back(std::move(reads[i]));
-      }
-      if (current_ != &ring) Wake(ring);
-    }
-  }
-
- private:
-  struct Ring {
-    ~Ring() {
-      if (initialised) io_uring_queue_exit(&ring);
-      if (wake_fd >= 0) ::close(wake_fd);
-    }
-    io_uring ring{};
-    bool initialised = false;
-    int wake_fd = -1;
-    uint64_t wake_value = 0;  // target of the eventfd read
-    unsigned entries = 0;
-    const UringEngine* owner = nullptr;
-    size_t index = 0;
-    std::thread thread;
-    absl::Mutex mu;
-    std::deque<std::unique_ptr<LocalRead>> queue ABSL_GUARDED_BY(mu);
-    bool stopping ABSL_GUARDED_BY(mu) = false;
-  };
-
-  explicit UringEngine(const LocalStoreOptions& options) : options_(options) {}
-
-  static void Wake(Ring& ring) {
-    uint64_t one = 1;
-    while (::write(ring.wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
-    }
-  }
-
-  // Queues a read of the eventfd: it completes when a producer writes it.
-  static bool ArmWake(Ring& ring) {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring.ring);
-    if (sqe == nullptr) return false;
-    io_uring_prep_read(sqe, ring.wake_fd, &ring.wake_value, sizeof(ring.wake_value), 0);
-    io_uring_sqe_set_data(sqe, nullptr);
-    return true;
-  }
-
-  void Loop(Ring& ring) {
-    ring.owner = this;
-    for (size_t i = 0; i < rings_.size(); ++i) {
-      if (rings_[i].get() == &ring) ring.index = i;
-    }
-    current_ = &ring;
-    std::deque<std::unique_ptr<LocalRead>> ready;  // not yet in the ring
-    std::vector<std::unique_ptr<LocalRead>> finished;
-    unsigned in_flight = 0;  // reads in the ring
-    bool wake_armed = ArmWake(ring);
-    while (true) {
-      bool stopping;
-      {
-        absl::MutexLock lock(&ring.mu);
-        while (!ring.queue.empty()) {
-          ready.push_back(std::move(ring.queue.front()));
-          ring.queue.pop_front();
-        }
-        stopping = ring.stopping;
-      }
-      if (stopping && ready.empty() && in_flight == 0) break;
-      if (!wake_armed) wake_armed = ArmWake(ring);
-      // One ring entry stays for the wake-up read.
-      while (!ready.empty() && in_flight + 1 < ring.entries) {
-        std::unique_ptr<LocalRead>& read = ready.front();
-        if (int injected = InjectedErrno(options_, *read); injected != 0) {
-          if (read->Advance(-injected)) finished.push_back(std::move(read));
-          ready.pop_front();
-          continue;
-        }
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring.ring);
-        if (sqe == nullptr) break;
-        // At most 1 GiB per request (the length is 32 bits); the rest is a short read.
-        unsigned length =
-            static_cast<unsigned>(std::min<uint64_t>(read->length - read->got, 1 << 30));
-        io_uring_prep_read(sqe, read->file->fd, read->block.data() + read->got, length,
-                           read->start + read->got);
-        io_uring_sqe_set_data(sqe, read.release());
-        ready.pop_front();
-        ++in_flight;
-      }
-      bool more;
-      {
-        absl::MutexLock lock(&ring.mu);
-        more = !ring.queue.empty();
-      }
-      bool wait = !more && finished.empty() && (ready.empty() || in_flight > 0);
-      int err = io_uring_submit_and_wait(&ring.ring, wait ? 1 : 0);
-      if (err < 0 && err != -EINTR && err != -EAGAIN && err != -EBUSY) {
-        static std::once_flag logged;
-        LogOnce(logged, StrCat("io_uring_submit_and_wait: ", std::strerror(-err)));
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      io_uring_cqe* cqe;
-      unsigned head, seen = 0;
-      io_uring_for_each_cqe(&ring.ring, head, cqe) {
-        ++seen;
-        auto* raw = static_cast<LocalRead*>(io_uring_cqe_get_data(cqe));
-        if (raw == nullptr) {  // the wake-up read
-          wake_armed = false;
-          continue;
-        }
-        std::unique_ptr<LocalRead> read(raw);
-        --in_flight;
-        if (read->Advance(cqe->res)) {
-          finished.push_back(std::move(read));
-        } else {
-          ready.push_front(std::move(read));  // the rest of a short read
-        }
-      }
-      io_uring_cq_advance(&ring.ring, seen);
-      for (auto& read : finished) read->Complete();
-      finished.clear();
-    }
-    current_ = nullptr;
-  }
-
-  const LocalStoreOptions& options_;
-  std::vector<std::unique_ptr<Ring>> rings_;
-  std::atomic<size_t> next_{0};
-  static thread_local Ring* current_;
-};
-
-thread_local LocalStore::UringEngine::Ring* LocalStore::UringEngine::current_ = nullptr;
-
-namespace {
-
 int DefaultThreads() {
   int hw = static_cast<int>(std::thread::hardware_concurrency());
   return std::clamp(hw, 2, 4);
@@ -509,7 +128,7 @@ LocalStore::LocalStore(LocalStoreOptions options) : options_(std::move(options))
   LocalStoreOptions::Engine engine = EngineFromEnvironment(options_.engine);
   if (engine != LocalStoreOptions::Engine::kPread) {
     int threads = options_.io_threads > 0 ? options_.io_threads : DefaultThreads();
-    auto uring = UringEngine::Create(options_, threads);
+    auto uring = local_internal::MakeUringEngine(options_, threads);
     if (uring.ok()) {
       engine_ = *std::move(uring);
     } else {
@@ -520,8 +139,8 @@ LocalStore::LocalStore(LocalStoreOptions options) : options_(std::move(options))
   }
   if (engine_ == nullptr) {
     // pread has one read in flight per thread: enough threads to keep a disk's queue busy.
-    engine_ =
-        std::make_unique<PreadEngine>(options_, options_.io_threads > 0 ? options_.io_threads : 8);
+    engine_ = local_internal::MakePreadEngine(options_,
+                                              options_.io_threads > 0 ? options_.io_threads : 8);
   }
 }
 

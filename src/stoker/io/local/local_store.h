@@ -28,6 +28,9 @@
 #include "stoker/io/object_store.h"
 
 namespace stoker::io {
+namespace local_internal {
+class ReadEngine;  // local_read.h
+}  // namespace local_internal
 
 struct LocalStoreOptions {
   enum class Engine { kAuto, kUring, kPread };
@@ -88,11 +91,8 @@ class LocalStore : public ObjectStore {
   DeviceProfile Probe(std::string_view key);
 
  private:
-  class Engine;
-  class UringEngine;
-  class PreadEngine;
   LocalStoreOptions options_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<local_internal::ReadEngine> engine_;
 };
 
 }  // namespace stoker::io
