@@ -215,6 +215,15 @@ def main():
             if duplicates or missing or extra:
                 fail(f"the trainer got {len(keys)} keys: {duplicates} duplicated, "
                      f"{len(missing)} missing (e.g. {sorted(missing)[:3]}), {len(extra)} unknown")
+            # The trainer's link is shaped: the data cannot have arrived faster than it carries.
+            m = re.search(r"\(\d+ samples, ([\d.]+) MB\) of job \d+ in ([\d.]+) s",
+                          read(os.path.join(work, "consume.err")))
+            if not m:
+                fail(f"consume printed no summary: {read(os.path.join(work, 'consume.err'))}")
+            link_mb_s = netns.parse_rate(TRAINER_RATE) / 8 / 1e6
+            if float(m.group(2)) < 0.8 * float(m.group(1)) / link_mb_s:
+                fail(f"{m.group(1)} MB arrived in {m.group(2)} s, faster than the trainer's "
+                     f"{TRAINER_RATE} link: the shaping is not in effect")
             print(f"the trainer got all {len(keys)} keys exactly once in "
                   f"{time.time() - started:.1f} s")
 
