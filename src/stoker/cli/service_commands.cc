@@ -58,6 +58,13 @@ struct DispatcherCliOptions {
   int worker_timeout_ms = 3000;
   int client_timeout_ms = 30000;
   std::string log_format = "text";
+  std::string autoscale = "off";  // off, local or kubernetes
+  int min_workers = 1;
+  int max_workers = 8;
+  int autoscale_interval_ms = 2000;
+  std::vector<std::string> worker_flags;  // local: more `stoker worker` flags
+  std::string k8s_deployment;
+  std::string k8s_namespace;
 };
 
 absl::Status RunDispatcher(const DispatcherCliOptions& o) {
@@ -69,8 +76,31 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.work_dir = o.work_dir;
   options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
   options.client_timeout = std::chrono::milliseconds(o.client_timeout_ms);
+  options.load_interval = std::chrono::milliseconds(o.autoscale_interval_ms);
+  options.autoscaler.min_workers = o.min_workers;
+  options.autoscaler.max_workers = o.max_workers;
+  if (o.min_workers > o.max_workers)
+    return absl::InvalidArgumentError(
+        StrCat("--min-workers ", o.min_workers, " is more than --max-workers ", o.max_workers));
+  std::unique_ptr<service::WorkerActuator> actuator;
+  if (o.autoscale == "kubernetes") {
+    service::KubernetesActuatorOptions k;
+    k.deployment = o.k8s_deployment;
+    k.ns = o.k8s_namespace;
+    ASSIGN_OR_RETURN(actuator, service::KubernetesWorkerActuator::Create(k));
+  } else if (!o.k8s_deployment.empty() || !o.k8s_namespace.empty()) {
+    return absl::InvalidArgumentError(
+        "--k8s-deployment and --k8s-namespace need --autoscale kubernetes");
+  }
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
+  if (o.autoscale == "local") {
+    service::LocalActuatorOptions l;
+    l.dispatcher_address = StrCat("127.0.0.1:", dispatcher->port());
+    l.worker_flags = o.worker_flags;
+    actuator = std::make_unique<service::LocalWorkerActuator>(l);
+  }
+  if (actuator) dispatcher->StartAutoscaler(std::move(actuator));
   health->Handle("/", [d = dispatcher.get()](const std::string&) {
     return service::HttpReply{200, "text/html; charset=utf-8", d->StatusPage()};
   });
@@ -181,6 +211,7 @@ struct ConsumeOptions {
   int http_port = -1;
   int heartbeat_ms = 200;
   int linger_ms = 0;
+  double step_ms = 0;  // a simulated trainer's work per element
   std::string log_format = "text";
   ProgressMode progress = ProgressMode::kAuto;
 };
@@ -327,6 +358,8 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     progress.Add(static_cast<int64_t>((*e)->ByteSize()), 1);
     if (o.print_keys)
       for (const auto& k : (*e)->keys) std::fprintf(stdout, "%s\n", k.c_str());
+    if (o.step_ms > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms));
     if (o.checkpoint_every > 0 && elements % o.checkpoint_every == 0) {
       status = checkpoint();
       if (!status.ok()) break;
@@ -531,6 +564,29 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "a consumer silent this long is removed (its unfinished splits go to the others); "
                 "a job without a live consumer this long is ended (default 30000)")
       ->check(CLI::PositiveNumber);
+  d->add_option("--autoscale", dispatcher_options.autoscale,
+                "off (default), local (start and stop `stoker worker` processes on this host) or "
+                "kubernetes (set the replicas of the workers' Deployment); docs/operations.md, "
+                "\"Autoscaler\"")
+      ->check(CLI::IsMember({"off", "local", "kubernetes"}));
+  d->add_option("--min-workers", dispatcher_options.min_workers,
+                "autoscaler: never fewer workers (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--max-workers", dispatcher_options.max_workers,
+                "autoscaler: never more workers (default 8)")
+      ->check(CLI::PositiveNumber);
+  d->add_option("--autoscale-interval-ms", dispatcher_options.autoscale_interval_ms,
+                "the load is measured, and the autoscaler decides, once per interval (default "
+                "2000)")
+      ->check(CLI::Range(100, 600000));
+  d->add_option("--worker-flag", dispatcher_options.worker_flags,
+                "--autoscale local: one more argument for every `stoker worker` it starts "
+                "(repeatable, e.g. --worker-flag=--threads --worker-flag=2)");
+  d->add_option("--k8s-deployment", dispatcher_options.k8s_deployment,
+                "--autoscale kubernetes: the workers' Deployment, scaled through its `scale` "
+                "subresource with the pod's service account");
+  d->add_option("--k8s-namespace", dispatcher_options.k8s_namespace,
+                "--autoscale kubernetes: the Deployment's namespace (default: the pod's)");
   AddLogOptions(d, &dispatcher_options.log_format, "info");
   d->callback([=] { *result = RunDispatcher(dispatcher_options); });
 
@@ -614,6 +670,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "fail after this many seconds without any registered worker (default: wait, "
                 "logging every 10 s)");
   c->add_option("--max-elements", consume_options.max_elements, "stop after this many elements");
+  c->add_option("--step-ms", consume_options.step_ms,
+                "simulate a trainer: spend this long on each element before asking for the next "
+                "(for benchmarks and autoscaler tests; default 0)")
+      ->check(CLI::NonNegativeNumber);
   c->add_flag("--print-keys", consume_options.print_keys,
               "print the key of every delivered sample, one a line, in delivery order");
   c->add_option("--checkpoint", consume_options.checkpoint,

@@ -291,6 +291,9 @@ void ServiceClient::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       req.set_client_id(client_id_);
+      req.set_wait_seconds(stats_.wait_seconds);
+      req.set_compute_seconds(stats_.between_seconds);
+      req.set_delivered_elements(stats_.elements);
       for (int64_t s : to_ack_) req.add_completed_splits(s);
       if (options_.num_consumers == 0) {  // shared jobs: a re-run of these comes to this client
         for (const auto& [s, progress] : splits_) req.add_held_splits(s);

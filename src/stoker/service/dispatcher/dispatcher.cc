@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -20,7 +22,12 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-constexpr char kLeft[] = "left";  // RemoveClient's reason for a consumer that said it leaves
+constexpr char kLeft[] = "left";
+
+// A reported total in seconds: 0 unless finite and not negative.
+double Finite(double x) {
+  return std::isfinite(x) && x > 0 ? x : 0;
+}  // RemoveClient's reason for a consumer that said it leaves
 
 // The in-memory state is ahead of the journal: stop, so that a restart replays a consistent
 // state (clients and workers retry meanwhile).
@@ -99,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
   ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.port, "dispatcher"));
   d->port_ = d->server_->port();
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorPeers(); });
+  d->measure_ = StartThread("dispatcher-load", [p = d.get()] { p->MeasureLoop(); });
   d->metrics_collector_ = MetricsRegistry::Default().AddCollector(
       [p = d.get()](MetricsWriter& w) { p->CollectMetrics(w); });
   return d;
@@ -110,6 +118,14 @@ Dispatcher::~Dispatcher() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  if (measure_.joinable()) measure_.join();
+  // Before the server stops: draining workers tell the dispatcher they leave.
+  std::unique_ptr<WorkerActuator> actuator;
+  {
+    absl::MutexLock lock(&mu_);
+    actuator = std::move(actuator_);
+  }
+  actuator.reset();
   if (server_) server_->Shutdown();
   if (monitor_.joinable()) monitor_.join();
 }
@@ -242,6 +258,167 @@ void Dispatcher::CollectMetrics(MetricsWriter& w) {
   for (const auto& [state, n] : jobs)
     w.Write("stoker_dispatcher_jobs", "Jobs by state", T::kGauge, {{"state", state}},
             static_cast<double>(n));
+  // The load of the last interval and the worker count it calls for (docs/operations.md).
+  if (recommended_ >= 0)
+    w.Write("stoker_dispatcher_recommended_workers",
+            "Workers the rule N = ceil(headroom * demand / worker throughput) calls for", T::kGauge,
+            {}, recommended_);
+  if (target_ >= 0)
+    w.Write("stoker_dispatcher_target_workers", "Workers the autoscaler asks its actuator for",
+            T::kGauge, {}, target_);
+  if (load_.demand >= 0 && std::isfinite(load_.demand))
+    w.Write("stoker_dispatcher_demand_elements_per_second",
+            "Elements per second the consumers would take if they never waited", T::kGauge, {},
+            load_.demand);
+  w.Write("stoker_dispatcher_worker_throughput_elements_per_second",
+          "Mean elements a worker produces per busy second (0: not measured)", T::kGauge, {},
+          load_.throughput);
+  w.Write("stoker_dispatcher_worker_busy_share",
+          "Mean share of the last interval workers were busy", T::kGauge, {}, load_.busy_share);
+  w.Write("stoker_dispatcher_stall_ratio",
+          "Share of the consumers' time spent waiting for data over the last interval", T::kGauge,
+          {}, load_.stall_ratio);
+}
+
+void Dispatcher::StartAutoscaler(std::unique_ptr<WorkerActuator> actuator) {
+  auto autoscaler =
+      std::make_unique<Autoscaler>(options_.autoscaler, options_.autoscaler.min_workers);
+  // Before the measuring thread sees the actuator, so no other thread calls it now.
+  absl::Status s = actuator->Scale(autoscaler->target());
+  if (!s.ok()) SPDLOG_WARN("autoscaler: could not start: {}; retrying", s.ToString());
+  absl::MutexLock lock(&mu_);
+  target_ = autoscaler->target();
+  autoscaler_ = std::move(autoscaler);
+  actuator_ = std::move(actuator);
+  SPDLOG_INFO("autoscaler: {} .. {} workers, starting with {}", options_.autoscaler.min_workers,
+              options_.autoscaler.max_workers, target_);
+  last_decision_ = "start";
+}
+
+AutoscalerLoad Dispatcher::MeasureLoad(double seconds) {
+  AutoscalerLoad load;
+  worker_rates_.clear();
+  job_rates_.clear();
+  // Workers: busy share, elements per second, elements per busy second.
+  double capacity_sum = 0, busy_sum = 0;
+  int capacity_n = 0, measured_n = 0;
+  absl::flat_hash_map<int64_t, WorkerTotals> worker_now;
+  for (const auto& [id, w] : state_.workers()) {
+    if (unhealthy_.count(id)) continue;
+    ++load.workers;
+    auto now = worker_totals_.find(id);
+    if (now == worker_totals_.end()) continue;
+    worker_now[id] = now->second;
+    auto before = worker_measured_.find(id);
+    if (before == worker_measured_.end()) continue;  // joined during the interval
+    double busy = std::max(0.0, now->second.busy_seconds - before->second.busy_seconds);
+    double produced =
+        static_cast<double>(std::max<int64_t>(0, now->second.produced - before->second.produced));
+    WorkerRates& r = worker_rates_[id];
+    r.busy_share = std::min(1.0, busy / seconds);
+    r.elements_per_second = produced / seconds;
+    busy_sum += r.busy_share;
+    ++measured_n;
+    // Enough busy time to say what a busy worker produces.
+    if (busy >= 0.05 * seconds && produced > 0) {
+      capacity_sum += produced / busy;
+      ++capacity_n;
+    }
+  }
+  load.busy_share = measured_n > 0 ? busy_sum / measured_n : 0;
+  load.throughput = capacity_n > 0 ? capacity_sum / capacity_n : 0;
+  worker_measured_ = std::move(worker_now);
+  for (auto it = worker_totals_.begin(); it != worker_totals_.end();) {
+    if (state_.workers().count(it->first)) {
+      ++it;
+    } else {
+      worker_totals_.erase(it++);
+    }
+  }
+  // Consumers: demand (elements / compute seconds) and stall, in all and per job.
+  double wait_sum = 0, compute_sum = 0, demand = 0;
+  bool demand_known = false;
+  absl::flat_hash_map<int64_t, ClientTotals> client_now;
+  absl::flat_hash_map<int64_t, std::pair<double, double>> job_time;  // wait, compute
+  for (const auto& [id, c] : state_.clients()) {
+    ++load.consumers;
+    auto now = client_totals_.find(id);
+    if (now == client_totals_.end()) continue;
+    client_now[id] = now->second;
+    auto before = client_measured_.find(id);
+    if (before == client_measured_.end()) continue;
+    double wait = std::max(0.0, now->second.wait_seconds - before->second.wait_seconds);
+    double compute = std::max(0.0, now->second.compute_seconds - before->second.compute_seconds);
+    double elements =
+        static_cast<double>(std::max<int64_t>(0, now->second.elements - before->second.elements));
+    wait_sum += wait;
+    compute_sum += compute;
+    job_time[c.job_id].first += wait;
+    job_time[c.job_id].second += compute;
+    job_rates_[c.job_id].elements_per_second += elements / seconds;
+    if (elements > 0) {
+      demand_known = true;
+      demand += compute > 1e-6 ? elements / compute : std::numeric_limits<double>::infinity();
+    }
+  }
+  for (const auto& [job_id, t] : job_time)
+    if (t.first + t.second > 0) job_rates_[job_id].stall_ratio = t.first / (t.first + t.second);
+  client_measured_ = std::move(client_now);
+  for (auto it = client_totals_.begin(); it != client_totals_.end();) {
+    if (state_.clients().count(it->first)) {
+      ++it;
+    } else {
+      client_totals_.erase(it++);
+    }
+  }
+  load.demand = demand_known ? demand : -1;
+  load.stall_ratio = wait_sum + compute_sum > 0 ? wait_sum / (wait_sum + compute_sum) : 0;
+  return load;
+}
+
+void Dispatcher::MeasureLoop() {
+  auto last = Clock::now();
+  bool retry = true;  // the last request to the actuator failed (or StartAutoscaler's, maybe)
+  while (true) {
+    Autoscaler* autoscaler = nullptr;
+    WorkerActuator* actuator = nullptr;
+    AutoscalerLoad load;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(options_.load_interval));
+      if (stopping_) return;
+      auto now = Clock::now();
+      load = MeasureLoad(std::max(1e-3, std::chrono::duration<double>(now - last).count()));
+      last = now;
+      Autoscaler rule_only(options_.autoscaler, load.workers);
+      recommended_ = rule_only.Rule(load);
+      load_ = load;
+      autoscaler = autoscaler_.get();
+      actuator = actuator_.get();
+    }
+    if (autoscaler == nullptr) continue;
+    const int before = autoscaler->target();
+    AutoscalerDecision d = autoscaler->Decide(load);
+    absl::Status s = absl::OkStatus();
+    if (d.changed || retry) s = actuator->Scale(d.target);
+    actuator->Tick();
+    retry = !s.ok();
+    absl::MutexLock lock(&mu_);
+    target_ = d.target;
+    if (d.changed) {
+      std::string line =
+          StrCat("autoscaler: ", before, " -> ", d.target, " workers (", d.reason, ")");
+      SPDLOG_INFO("{}", line);
+      RecordEvent("info", line);
+      last_decision_ = d.reason;
+    }
+    if (!s.ok()) {
+      SPDLOG_WARN("autoscaler: could not scale to {} workers: {}; retrying", d.target,
+                  s.ToString());
+      RecordEvent("warning",
+                  StrCat("autoscaler: could not scale to ", d.target, " workers: ", s.message()));
+    }
+  }
 }
 
 void Dispatcher::MonitorPeers() {
@@ -470,6 +647,7 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     RecordEvent("info", StrCat("worker ", id, " joined at ", req.address()));
   }
   last_heartbeat_[id] = Clock::now();
+  worker_totals_[id] = {Finite(req.busy_seconds()), std::max<int64_t>(0, req.produced_elements())};
   std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
   running_[id] = running;
   if (!req.unhealthy().empty() && !unhealthy_.count(id)) {
@@ -711,6 +889,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
   if (job->num_consumers == 0) {
     held_splits_[client_id] = {req.held_splits().begin(), req.held_splits().end()};
   }
+  client_totals_[client_id] = {Finite(req.wait_seconds()), Finite(req.compute_seconds()),
+                               std::max<int64_t>(0, req.delivered_elements())};
   resp->set_client_id(client_id);
   json acks = json::array();
   for (int64_t split_id : req.completed_splits()) {

@@ -54,7 +54,9 @@
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/journal.h"
+#include "stoker/service/dispatcher/autoscaler.h"
 #include "stoker/service/dispatcher/dispatcher_state.h"
+#include "stoker/service/dispatcher/worker_actuator.h"
 
 namespace stoker::service {
 
@@ -65,6 +67,10 @@ struct DispatcherOptions {
   // A consumer silent for this long is removed; a job without a live consumer for this long is
   // ended and its tasks stop on every worker (docs/protocol.md, "Job life cycle").
   std::chrono::milliseconds client_timeout{30000};
+  // The load (the counters workers and consumers send in their heartbeats) is measured over this
+  // interval; the recommended worker count, and the autoscaler's decisions, follow each interval.
+  std::chrono::milliseconds load_interval{2000};
+  AutoscalerConfig autoscaler;  // used once StartAutoscaler is called
 };
 
 class Dispatcher {
@@ -80,6 +86,12 @@ class Dispatcher {
   absl::Status WorkerHeartbeat(const WorkerHeartbeatRequest& req, WorkerHeartbeatResponse* resp);
   absl::Status GetSplit(const GetSplitRequest& req, GetSplitResponse* resp);
   absl::Status ClientHeartbeat(const ClientHeartbeatRequest& req, ClientHeartbeatResponse* resp);
+
+  // Acts on the autoscaler's decisions (docs/operations.md, "Autoscaler") through `actuator`,
+  // which is asked for options.autoscaler.min_workers at once. Call at most once, after Start.
+  // The dispatcher owns the actuator: its destructor destroys it (a local actuator drains its
+  // workers then) before it stops serving.
+  void StartAutoscaler(std::unique_ptr<WorkerActuator> actuator);
 
   // Updates applied since start (replayed ones included).
   int64_t updates_applied() const;
@@ -110,6 +122,10 @@ class Dispatcher {
   // Logs a job's change of state made by the update just applied (finished, failed, collected).
   void LogJobTransition(const DispatcherState::Job& job, bool was_finished, bool had_error,
                         bool was_ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every load_interval: measures the load, recommends a worker count and, with an autoscaler,
+  // acts on its decision.
+  void MeasureLoop();
+  AutoscalerLoad MeasureLoad(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
   void CollectMetrics(MetricsWriter& w);
   // Keeps an event (level "info" or "warning", and the message as logged) for the status page;
@@ -150,6 +166,42 @@ class Dispatcher {
   // Bumped by every update that can change a worker's task list (heartbeats wait for it).
   int64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Load: the totals of each worker's and consumer's last heartbeat, and those at the last
+  // measurement (not journaled: heartbeats carry them again).
+  struct WorkerTotals {
+    double busy_seconds = 0;
+    int64_t produced = 0;
+  };
+  struct ClientTotals {
+    double wait_seconds = 0;
+    double compute_seconds = 0;
+    int64_t elements = 0;
+  };
+  absl::flat_hash_map<int64_t, WorkerTotals> worker_totals_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, WorkerTotals> worker_measured_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, ClientTotals> client_totals_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, ClientTotals> client_measured_ ABSL_GUARDED_BY(mu_);
+  // The last interval's rates, for the status page and /metrics.
+  struct WorkerRates {
+    double busy_share = 0;
+    double elements_per_second = 0;
+  };
+  struct JobRates {
+    double elements_per_second = 0;
+    double stall_ratio = -1;  // -1: no consumer time measured
+  };
+  absl::flat_hash_map<int64_t, WorkerRates> worker_rates_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, JobRates> job_rates_ ABSL_GUARDED_BY(mu_);
+  AutoscalerLoad load_ ABSL_GUARDED_BY(mu_);
+  int recommended_ ABSL_GUARDED_BY(mu_) = -1;  // the rule's N; -1: unknown
+  int target_ ABSL_GUARDED_BY(mu_) = -1;       // the autoscaler's; -1: no autoscaler
+  std::string last_decision_ ABSL_GUARDED_BY(mu_);
+  // Set once by StartAutoscaler; used by the measuring thread only, destroyed after it stopped.
+  std::unique_ptr<Autoscaler> autoscaler_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<WorkerActuator> actuator_ ABSL_GUARDED_BY(mu_);
+  std::thread measure_;
+
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<GrpcServer> server_;
   std::thread monitor_;

@@ -1,11 +1,13 @@
 // Dispatcher::StatusPage: the HTML status page served at `/` (docs/operations.md, "Status page").
 // It reads the same state as the /metrics collector, under the dispatcher's mutex.
 #include <chrono>
+#include <cmath>
 #include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "stoker/core/markup.h"
@@ -30,6 +32,12 @@ constexpr char kStyle[] =
     ".unhealthy,.silent,.failed,.warning{color:#b00;font-weight:bold}"
     ".finished{color:#070}";
 
+// `x` with `digits` decimals ("inf" for infinity).
+std::string Fixed(double x, int digits) {
+  if (std::isinf(x)) return "inf";
+  return absl::StrFormat("%.*f", digits, x);
+}
+
 }  // namespace
 
 std::string Dispatcher::StatusPage() const {
@@ -50,9 +58,10 @@ std::string Dispatcher::StatusPage() const {
   for (const auto& [job_id, job] : state_.jobs())
     for (const auto& [split_id, split] : job.splits)
       if (!split.done && split.worker_id != 0) ++leased[split.worker_id];
-  page += StrCat("<h2>Workers (<span id=\"worker-count\">", state_.workers().size(),
-                 "</span>)</h2>\n<table id=\"workers\">\n",
-                 Row({"id", "address", "state", "tasks", "splits leased"}, "th"));
+  page += StrCat(
+      "<h2>Workers (<span id=\"worker-count\">", state_.workers().size(),
+      "</span>)</h2>\n<table id=\"workers\">\n",
+      Row({"id", "address", "state", "tasks", "splits leased", "busy share", "elements/s"}, "th"));
   for (const auto& [id, w] : state_.workers()) {
     std::string s = "healthy";
     auto u = unhealthy_.find(id);
@@ -65,16 +74,33 @@ std::string Dispatcher::StatusPage() const {
     auto r = running_.find(id);
     std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
     if (u != unhealthy_.end()) state += StrCat(": ", EscapeMarkup(u->second));
-    page += StrCat(Row({std::to_string(id), EscapeMarkup(w.address), state,
-                        std::to_string(r == running_.end() ? 0 : r->second.size()),
-                        std::to_string(leased[id])}));
+    auto rates = worker_rates_.find(id);
+    const bool measured = rates != worker_rates_.end();
+    page +=
+        StrCat(Row({std::to_string(id), EscapeMarkup(w.address), state,
+                    std::to_string(r == running_.end() ? 0 : r->second.size()),
+                    std::to_string(leased[id]), measured ? Fixed(rates->second.busy_share, 2) : "-",
+                    measured ? Fixed(rates->second.elements_per_second, 1) : "-"}));
   }
   page += "</table>\n";
+  // The worker count: registered (healthy), the rule's recommendation, the autoscaler's target.
+  int healthy = 0;
+  for (const auto& [id, w] : state_.workers()) healthy += unhealthy_.count(id) ? 0 : 1;
+  page += StrCat("<p id=\"worker-count-summary\">Workers: actual <span id=\"actual-workers\">",
+                 healthy, "</span> &middot; recommended <span id=\"recommended-workers\">",
+                 recommended_ >= 0 ? std::to_string(recommended_) : std::string("?"),
+                 "</span> &middot; autoscaler target <span id=\"target-workers\">",
+                 target_ >= 0 ? std::to_string(target_) : std::string("off"), "</span>",
+                 target_ >= 0 ? StrCat(" (", EscapeMarkup(last_decision_), ")") : std::string(),
+                 " &middot; demand ", load_.demand < 0 ? std::string("?") : Fixed(load_.demand, 1),
+                 " elements/s &middot; ", Fixed(load_.throughput, 1),
+                 " elements/s per busy worker &middot; stall ratio ", Fixed(load_.stall_ratio, 2),
+                 "</p>\n");
 
   // Jobs, newest first.
   page += StrCat("<h2>Jobs (", state_.jobs().size(), ")</h2>\n<table id=\"jobs\">\n",
                  Row({"id", "name", "state", "consumers", "splits done", "positions done",
-                      "epochs done", "splits outstanding"},
+                      "epochs done", "splits outstanding", "elements/s", "stall ratio"},
                      "th"));
   size_t listed = 0;
   for (auto it = state_.jobs().rbegin(); it != state_.jobs().rend() && listed < kMaxJobs;
@@ -94,12 +120,16 @@ std::string Dispatcher::StatusPage() const {
       else if (split.worker_id != 0)
         ++outstanding;
     }
+    auto jr = job_rates_.find(job.id);
     std::string total = job.num_samples > 0 ? std::to_string(job.positions()) : "?";
     page += StrCat(Row(
         {std::to_string(job.id), EscapeMarkup(job.name), state, std::to_string(job.clients.size()),
          StrCat(job.done_splits, " / ", job.splits.size()), StrCat(positions_done, " / ", total),
          StrCat(job.epochs_done() - job.first_epoch, " / ", job.num_epochs),
-         std::to_string(outstanding)}));
+         std::to_string(outstanding),
+         jr == job_rates_.end() ? "-" : Fixed(jr->second.elements_per_second, 1),
+         jr == job_rates_.end() || jr->second.stall_ratio < 0 ? "-"
+                                                              : Fixed(jr->second.stall_ratio, 2)}));
   }
   page += "</table>\n";
 

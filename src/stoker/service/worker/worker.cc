@@ -176,6 +176,12 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
         address_, options_.dispatcher_address, s.error_message());
 }
 
+void Worker::AddBusy(Task* task, Clock::duration d) {
+  task->busy_seconds->Increment(std::chrono::duration<double>(d).count());
+  busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(),
+                     std::memory_order_relaxed);
+}
+
 void Worker::HeartbeatLoop() {
   auto backoff = options_.heartbeat_interval;
   while (true) {
@@ -185,6 +191,8 @@ void Worker::HeartbeatLoop() {
       if (stopping_ || heartbeats_stopped_) return;
       req.set_worker_id(worker_id_);
       req.set_unhealthy(unhealthy_);
+      req.set_produced_elements(produced_total_);
+      req.set_busy_seconds(static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9);
       if (!failures_.empty()) {
         req.set_failed_job(failures_.begin()->first);
         req.set_task_error(failures_.begin()->second);
@@ -401,6 +409,7 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
   if (Stopped(task)) return false;
   if (!meta.empty()) {
     task->produced_elements->Increment();
+    ++produced_total_;
     task->produced_bytes->Increment(static_cast<double>(payload.size));
   }
   const int64_t split = meta.split_id();
@@ -446,8 +455,7 @@ absl::Status Worker::RunWholePipeline(Task* task) {
     while (true) {
       auto busy_from = Clock::now();
       absl::StatusOr<std::optional<data::Element>> next = it->GetNext();
-      task->busy_seconds->Increment(
-          std::chrono::duration<double>(Clock::now() - busy_from).count());
+      AddBusy(task, Clock::now() - busy_from);
       ASSIGN_OR_RETURN(std::optional<data::Element> e, std::move(next));
       if (!e) break;
       ElementData d;
@@ -596,8 +604,7 @@ absl::Status Worker::RunDynamic(Task* task) {
     while (true) {
       auto busy_from = Clock::now();
       auto next = it->GetNext();
-      task->busy_seconds->Increment(
-          std::chrono::duration<double>(Clock::now() - busy_from).count());
+      AddBusy(task, Clock::now() - busy_from);
       if (!next.ok())
         return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
                                               " [", resp.begin(), ", ", resp.end(), ")"));

@@ -21,6 +21,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -139,6 +140,8 @@ class Worker {
   // Coordinated reads: the split's elements dealt out in rounds, one to each consumer.
   bool PushRounds(Task* task, const GetSplitResponse& split,
                   std::vector<std::pair<EncodedElement, int64_t>> elements);
+  // Counts time a task waited on its pipeline (its metric and the worker's total).
+  void AddBusy(Task* task, std::chrono::steady_clock::duration d);
   void Append(Task* task, Stream* stream, Buffered b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FCFS: hands `stream` the next unassigned split, if any.
   bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,6 +172,10 @@ class Worker {
   std::map<int64_t, std::string> failures_ ABSL_GUARDED_BY(mu_);
   int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::string unhealthy_ ABSL_GUARDED_BY(mu_);
+  // Load reported in every heartbeat (the autoscaler's input): elements produced and time spent
+  // waiting on pipelines, over every task since start.
+  int64_t produced_total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> busy_ns_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;            // no new splits
   bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop

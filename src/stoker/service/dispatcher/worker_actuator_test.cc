@@ -1,0 +1,146 @@
+#include "stoker/service/dispatcher/worker_actuator.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "stoker/testing/subprocess.h"
+
+namespace stoker::service {
+namespace {
+
+// A tiny HTTP server on 127.0.0.1 that answers one request with `status` and `body` and records
+// the request as received (request line, headers and body).
+class OneRequestServer {
+ public:
+  OneRequestServer(int status, std::string body) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(::listen(fd_, 1), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, status, body] { Serve(status, body); });
+  }
+  ~OneRequestServer() {
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The request, once answered.
+  std::string request() {
+    if (thread_.joinable()) thread_.join();
+    return request_;
+  }
+
+ private:
+  void Serve(int status, const std::string& body) {
+    int c = ::accept(fd_, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[4096];
+    size_t header_end = std::string::npos;
+    size_t content_length = 0;
+    while (true) {
+      ssize_t n = ::read(c, buf, sizeof(buf));
+      if (n <= 0) break;
+      request_.append(buf, static_cast<size_t>(n));
+      if (header_end == std::string::npos) {
+        header_end = request_.find("\r\n\r\n");
+        if (header_end == std::string::npos) continue;
+        size_t cl = request_.find("Content-Length: ");
+        if (cl != std::string::npos && cl < header_end)
+          content_length = std::stoul(request_.substr(cl + 16));
+      }
+      if (request_.size() >= header_end + 4 + content_length) break;
+    }
+    std::string reply = "HTTP/1.1 " + std::to_string(status) +
+                        " X\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                        "Content-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)!::write(c, reply.data(), reply.size());
+    ::close(c);
+  }
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::string request_;
+};
+
+void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(KubernetesActuator, PatchesTheDeploymentsScaleWithTheServiceAccountToken) {
+  testing::ScopedTempDir dir;
+  Write(dir.path() + "/token", "tok-123\n");
+  Write(dir.path() + "/namespace", "data-ns\n");
+  OneRequestServer server(200, R"({"kind":"Scale","spec":{"replicas":3}})");
+  KubernetesActuatorOptions o;
+  o.deployment = "stoker-worker";
+  o.api_server = server.url();
+  o.token_file = dir.path() + "/token";
+  o.namespace_file = dir.path() + "/namespace";
+  o.ca_file = dir.path() + "/no-ca.crt";
+  auto a = KubernetesWorkerActuator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->url(), server.url() +
+                             "/apis/apps/v1/namespaces/data-ns/deployments/"
+                             "stoker-worker/scale");
+  ASSERT_TRUE((*a)->Scale(3).ok());
+  const std::string r = server.request();
+  EXPECT_EQ(r.substr(0, r.find("\r\n")),
+            "PATCH /apis/apps/v1/namespaces/data-ns/deployments/stoker-worker/scale HTTP/1.1");
+  EXPECT_NE(r.find("\r\nAuthorization: Bearer tok-123\r\n"), std::string::npos) << r;
+  EXPECT_NE(r.find("\r\nContent-Type: application/merge-patch+json\r\n"), std::string::npos) << r;
+  EXPECT_EQ(r.substr(r.find("\r\n\r\n") + 4), R"({"spec":{"replicas":3}})");
+}
+
+TEST(KubernetesActuator, ForbiddenNamesThePermissionNeeded) {
+  testing::ScopedTempDir dir;
+  Write(dir.path() + "/token", "tok");
+  OneRequestServer server(403, R"({"kind":"Status","reason":"Forbidden"})");
+  KubernetesActuatorOptions o;
+  o.deployment = "w";
+  o.ns = "ns1";  // given: the namespace file is not read
+  o.api_server = server.url();
+  o.token_file = dir.path() + "/token";
+  o.namespace_file = dir.path() + "/missing";
+  auto a = KubernetesWorkerActuator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::Status s = (*a)->Scale(2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("HTTP 403"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("deployments/scale"), std::string::npos) << s;
+  EXPECT_NE(server.request().find("/namespaces/ns1/deployments/w/scale"), std::string::npos);
+}
+
+TEST(KubernetesActuator, OutsideAPodSaysWhatIsMissing) {
+  KubernetesActuatorOptions o;
+  EXPECT_NE(KubernetesWorkerActuator::Create(o).status().message().find("--k8s-deployment"),
+            std::string::npos);
+  o.deployment = "w";
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  absl::Status s = KubernetesWorkerActuator::Create(o).status();
+  EXPECT_NE(s.message().find("KUBERNETES_SERVICE_HOST"), std::string::npos) << s;
+  ::setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  o.namespace_file = "/nonexistent/namespace";
+  s = KubernetesWorkerActuator::Create(o).status();
+  EXPECT_NE(s.message().find("--k8s-namespace"), std::string::npos) << s;
+  o.ns = "n";
+  auto a = KubernetesWorkerActuator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->url(), "https://10.0.0.1:443/apis/apps/v1/namespaces/n/deployments/w/scale");
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
+}  // namespace
+}  // namespace stoker::service

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""The local autoscaler with real processes (docs/operations.md, "Autoscaler").
+
+`stoker dispatcher --autoscale local --min-workers 1 --max-workers 4` starts one worker. The
+workers spend 30 ms on each element ({"op": "sleep"} from a test plugin, one pipeline thread
+each: about 33 elements/s per worker) and a consumer whose trainer spends 12 ms on each element
+(--step-ms; about 83 elements/s) reads them: it needs ceil(1.1 * 83 / 33) = 3 workers. The test
+checks that the dispatcher grows to 3 workers and holds there while the consumer runs (at most
+one change after reaching 3), that the status page and /metrics show the target, that every key
+is delivered exactly once, that when the consumer ends the extra workers are drained (each tells
+the dispatcher it leaves and exits 0; none is lost or killed), and that no worker process is left
+once the dispatcher exits.
+
+Usage: autoscaler_test.py STOKER SLEEP_PLUGIN OUT_DIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from ops_common import fail, http_get, metric, read, wait_for
+
+STOKER, PLUGIN, OUT = sys.argv[1:4]
+SAMPLES = 1500
+NEEDED = 3
+
+
+def main():
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT)
+    env = dict(os.environ)
+    env.pop("STOKER_LOG", None)
+    spec = os.path.join(OUT, "spec.json")
+    with open(spec, "w") as f:
+        json.dump({"plugins": [PLUGIN], "source": {"range": SAMPLES},
+                   "ops": [{"op": "sleep", "ms": 30}]}, f)
+    derr = os.path.join(OUT, "dispatcher.err")
+    dispatcher = subprocess.Popen(
+        [STOKER, "dispatcher", "--port", "0", "--http-port", "0", "--autoscale", "local",
+         "--min-workers", "1", "--max-workers", "4", "--autoscale-interval-ms", "1000",
+         "--worker-flag=--threads", "--worker-flag=1",
+         f"--worker-flag=--plugin-dir", f"--worker-flag={os.path.dirname(PLUGIN)}",
+         "--worker-flag=--heartbeat-ms", "--worker-flag=200"],
+        env=env, stdout=open(os.path.join(OUT, "dispatcher.out"), "w"), stderr=open(derr, "w"))
+    consumer = None
+    try:
+        m = wait_for(lambda: re.search(r"serving on port (\d+), /healthz on port (\d+)",
+                                       read(os.path.join(OUT, "dispatcher.out"))), "dispatcher")
+        address, http = f"127.0.0.1:{m.group(1)}", int(m.group(2))
+        if "autoscaler: 1 .. 4 workers, starting with 1" not in read(derr):
+            fail(f"no start-up line in the dispatcher's log:\n{read(derr)}")
+        wait_for(lambda: metric(http, "stoker_dispatcher_workers") == 1, "the first worker")
+
+        start = time.time()
+        consumer = subprocess.Popen(
+            [STOKER, "consume", "--dispatcher", address, spec, "--print-keys", "--step-ms", "12",
+             "--no-deterministic"],
+            env=env, stdout=open(os.path.join(OUT, "keys"), "w"),
+            stderr=open(os.path.join(OUT, "consume.err"), "w"))
+        samples = []  # (seconds, target, registered workers) while the consumer runs
+        page_checked = False
+        while consumer.poll() is None:
+            target = metric(http, "stoker_dispatcher_target_workers")
+            workers = metric(http, "stoker_dispatcher_workers")
+            samples.append((round(time.time() - start, 1), target, workers))
+            if not page_checked and target == NEEDED and workers == NEEDED:
+                status, page = http_get(http, "/")
+                shown = re.search(r'id="target-workers">(\d+)<', page)
+                if status != 200 or not shown or int(shown.group(1)) != NEEDED:
+                    fail(f"the status page does not show the target {NEEDED}:\n{page}")
+                for column in ("busy share", "elements/s", "stall ratio", "recommended-workers"):
+                    if column not in page:
+                        fail(f"the status page has no '{column}':\n{page}")
+                with open(os.path.join(OUT, "status_page.html"), "w") as f:
+                    f.write(page)
+                page_checked = True
+            if time.time() - start > 60:
+                fail(f"the consumer did not finish in 60 s; samples: {samples}")
+            time.sleep(0.25)
+        if consumer.wait() != 0:
+            fail(f"consumer failed:\n{read(os.path.join(OUT, 'consume.err'))}")
+        took = time.time() - start
+        keys = read(os.path.join(OUT, "keys")).split()
+        if sorted(keys, key=int) != [str(i) for i in range(SAMPLES)]:
+            fail(f"not every key exactly once: {len(keys)} keys, {len(set(keys))} distinct")
+
+        targets = [t for _, t, _ in samples if t is not None]
+        if max(targets) < NEEDED:
+            fail(f"the target never reached {NEEDED}: {samples}\n{read(derr)}")
+        if max(targets) > NEEDED + 1:
+            fail(f"the target went to {max(targets)} for a need of {NEEDED}: {samples}")
+        reached = next(i for i, t in enumerate(targets) if t >= NEEDED)
+        changes = sum(1 for a, b in zip(targets[reached:], targets[reached + 1:]) if a != b)
+        if changes > 1:
+            fail(f"{changes} changes after reaching {NEEDED} workers: {samples}")
+        if not page_checked:
+            fail(f"never saw {NEEDED} workers registered at the target: {samples}")
+        ups = re.findall(r"autoscaler: (\d+) -> (\d+) workers \((.*)\)", read(derr))
+        if not ups:
+            fail(f"no autoscaler decision in the log:\n{read(derr)}")
+
+        # Demand ended: back to the minimum, the extra workers drained.
+        wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
+                 metric(http, "stoker_dispatcher_workers") == 1, "the scale-down to 1 worker", 30)
+        pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
+        wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
+                                        read(derr))) == len(pids) - 1,
+                 "the drained workers to exit", 20)
+    finally:
+        if consumer is not None and consumer.poll() is None:
+            consumer.kill()
+        dispatcher.send_signal(signal.SIGTERM)
+        try:
+            rc = dispatcher.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            dispatcher.kill()
+            fail(f"the dispatcher did not stop within 40 s of SIGTERM:\n{read(derr)}")
+    log = read(derr)
+    if rc != 0:
+        fail(f"dispatcher exited {rc}:\n{log}")
+    drained = re.findall(r"worker pid (\d+) drained and exited \(exit status 0\)", log)
+    if sorted(map(int, drained)) != sorted(pids):
+        fail(f"workers started {pids}, drained with exit status 0 {drained}:\n{log}")
+    for bad in ("missed its heartbeats", "exited on its own", "did not drain", "killing it"):
+        if bad in log:
+            fail(f"'{bad}' in the dispatcher's log:\n{log}")
+    left = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    if left:
+        fail(f"worker processes left after the dispatcher exited: {left}")
+    decisions = [f"{a} -> {b}" for a, b, _ in ups]
+    summary = (f"autoscaler local: OK: {SAMPLES} keys once in {took:.1f} s; decisions "
+               f"{', '.join(decisions)}; {len(pids)} workers started, all drained; "
+               f"load average {os.getloadavg()[0]:.2f}")
+    with open(os.path.join(OUT, "summary.txt"), "w") as f:
+        f.write(summary + "\n" + "\n".join(map(str, samples)) + "\n")
+    print(summary)
+
+
+main()
