@@ -76,7 +76,7 @@ def main():
             table = re.search(r'<table id="workers">(.*?)</table>', http_get(http, "/")[1], re.S)
             for row in re.findall(r"<tr>(.*?)</tr>", table.group(1) if table else "", re.S):
                 cells = re.findall(r"<td>(.*?)</td>", row, re.S)
-                if cells and int(cells[0]) in ids and int(cells[-1]) > 0:
+                if cells and int(cells[0]) in ids and int(cells[4]) > 0:  # splits leased
                     return ids.index(int(cells[0])) + 1  # 1 + the index, so that 0 is "none"
             return None
         victim = wait_for(holding, "a worker holding a split of job 1") - 1

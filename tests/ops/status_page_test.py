@@ -210,7 +210,8 @@ def main():
             fail(f"worker count {page.spans.get('worker-count')!r}, /metrics says "
                  f"{workers_metric}")
         header, *rows = page.tables["workers"]
-        if header != ["id", "address", "state", "tasks", "splits leased"]:
+        if header != ["id", "address", "state", "tasks", "splits leased", "busy share",
+                      "elements/s"]:
             fail(f"workers header {header}")
         shown = {r[0]: r[1] for r in rows}
         if shown != registered:
@@ -222,16 +223,24 @@ def main():
         for r in rows:
             if r[2] != "healthy" or r[3] != "1":
                 fail(f"worker row {r}: expected healthy, running 1 task (job 2)")
+            # Load of the last interval: a share and a rate, or "-" before the first interval.
+            if r[5] != "-" and not (0 <= float(r[5]) <= 1 and float(r[6]) >= 0):
+                fail(f"worker row {r}: busy share / elements per second out of range")
+        # The worker count: actual as registered, no autoscaler here.
+        if (page.spans.get("actual-workers") != str(int(workers_metric)) or
+                page.spans.get("target-workers") != "off" or
+                "recommended-workers" not in page.spans):
+            fail(f"worker counts {page.spans}, /metrics says {workers_metric} workers")
         # Jobs, newest first.
         header, *rows = page.tables["jobs"]
         if header != ["id", "name", "state", "consumers", "splits done", "positions done",
-                      "epochs done", "splits outstanding"]:
+                      "epochs done", "splits outstanding", "elements/s", "stall ratio"]:
             fail(f"jobs header {header}")
         jobs = {r[0]: r for r in rows}
         if set(jobs) != {"1", "2"}:
             fail(f"jobs shown: {rows}")
         want1 = ["1", JOB_NAME, "finished", "0", f"{int(job1_splits)} / {int(job1_splits)}",
-                 f"{samples} / {samples}", "1 / 1", "0"]
+                 f"{samples} / {samples}", "1 / 1", "0", "-", "-"]
         if jobs["1"] != want1:
             fail(f"job 1 row {jobs['1']}, expected {want1}")
         if 'page&lt;b&gt;&amp;"test' not in dom or "<b>" in dom or "b" in page.tags:

@@ -377,11 +377,15 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   auto stats = client->stats();
   std::fprintf(stderr,
                "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
-               "elements/s, %.1f MB/s; %lld duplicates dropped; first element after %.0f ms\n",
+               "elements/s, %.1f MB/s; %lld duplicates dropped; first element after %.0f ms; "
+               "waited %.2f s for data, computed %.2f s (stall ratio %.3f)\n",
                static_cast<long long>(elements), static_cast<long long>(samples), stats.bytes / 1e6,
                static_cast<long long>(client->job_id()), seconds, elements / seconds,
                stats.bytes / 1e6 / seconds, static_cast<long long>(stats.duplicates),
-               first_seconds * 1e3);
+               first_seconds * 1e3, stats.wait_seconds, stats.between_seconds,
+               stats.wait_seconds + stats.between_seconds > 0
+                   ? stats.wait_seconds / (stats.wait_seconds + stats.between_seconds)
+                   : 0.0);
   if (interrupted) {
     client.reset();  // leaves the job now
     std::fprintf(stderr, "consume: interrupted\n");
