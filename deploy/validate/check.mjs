@@ -10,7 +10,8 @@
 // npm package kubernetes-models 4.5.1, pinned in package-lock.json): types, required fields, enums
 // and formats; and, as the API server's strict field validation, no unknown field (from the
 // package's type declarations). Then the references between objects that no schema sees: selectors and pod labels, named probe ports, the StatefulSet's
-// Service, the service account and the role binding, the Prometheus port annotation.
+// Service, the service account and the role binding, the autoscaler's permission to patch the
+// workers' Deployment's scale, the Prometheus port annotation.
 //
 // The chart is rendered here, not by helm (not installed): its templates may use only value
 // substitution - {{ .Values.a.b }}, {{ .Release.Name }}, {{ .Release.Namespace }},
@@ -276,6 +277,35 @@ function checkReferences(objects, where) {
     for (const s of rb.subjects || []) {
       if (s.kind === "ServiceAccount" && !names("ServiceAccount").has(s.name)) {
         problems.push(`${id}: subject ${s.name} is no ServiceAccount here`);
+      }
+    }
+  }
+  // The autoscaler (--autoscale kubernetes --k8s-deployment NAME) patches NAME's scale with its
+  // pod's service account: a Role bound to that account must allow it.
+  for (const w of workloads) {
+    const pod = w.spec.template.spec;
+    for (const c of pod.containers) {
+      const arg = (c.args || []).find((a) => a.startsWith("--k8s-deployment="));
+      if (!arg) continue;
+      const id = `${where}: ${w.kind} ${w.metadata.name}`;
+      const target = arg.slice("--k8s-deployment=".length);
+      if (!names("Deployment").has(target)) {
+        problems.push(`${id}: --k8s-deployment names ${target}, no Deployment here`);
+      }
+      if (pod.automountServiceAccountToken === false) {
+        problems.push(`${id}: the autoscaler needs the service account token mounted`);
+      }
+      const account = pod.serviceAccountName || "default";
+      const allowed = byKind("RoleBinding").some((rb) =>
+        (rb.subjects || []).some((s) => s.kind === "ServiceAccount" && s.name === account) &&
+        byKind("Role").some((role) => role.metadata.name === rb.roleRef.name &&
+          (role.rules || []).some((r) => (r.apiGroups || []).includes("apps") &&
+            (r.resources || []).includes("deployments/scale") &&
+            (r.verbs || []).includes("patch") &&
+            (!r.resourceNames || r.resourceNames.includes(target)))));
+      if (!allowed) {
+        problems.push(`${id}: its service account ${account} may not patch deployments/scale of ` +
+                      `${target} (a Role with that rule, bound to the account, is needed)`);
       }
     }
   }

@@ -57,6 +57,8 @@ def main():
                  "ServiceAccount"):
         if f"\nkind: {kind}\n" not in good:
             fail(f"deploy/kubernetes/stoker.yaml has no {kind}")
+    if "--autoscale=kubernetes" not in good or "--k8s-deployment=stoker-worker" not in good:
+        fail("the dispatcher does not run the Kubernetes autoscaler on the workers' Deployment")
     if "fieldPath: status.podIP" not in good or "--host=$(POD_IP)" not in good:
         fail("the workers do not register their pod IP")
     if not re.search(r'resources: \["deployments/scale"\]\n\s+resourceNames: \["stoker-worker"\]\n'
@@ -84,6 +86,10 @@ def main():
                         good.replace("roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n"
                                      "  name: stoker-worker-scaler\n", ""),
                         r"RoleBinding stoker-worker-scaler: .*must have required property '?roleRef")
+        expect_rejected(work, "autoscaler-not-allowed",
+                        good.replace('verbs: ["get", "patch"]', 'verbs: ["get"]'),
+                        r"its service account stoker-dispatcher may not patch deployments/scale "
+                        r"of stoker-worker")
         expect_rejected(work, "scale-other-deployment",
                         good.replace('resourceNames: ["stoker-worker"]',
                                      'resourceNames: ["stoker-workers"]'),
