@@ -221,10 +221,18 @@ class Soak:
                 return
 
     def sample_memory(self):
+        """Every 0.5 s: each process's resident memory, and servers that exited by themselves
+        (a crash: the chaos loop forgets a process before it kills it)."""
         while not self.stop.wait(0.5):
             with self.lock:
                 live = [(n, self.roles[n], p.pid) for n, p in self.procs.items()
                         if p.poll() is None]
+                crashed = [(n, p.returncode) for n, p in self.procs.items()
+                           if self.roles[n] != "consumer" and p.poll() is not None]
+            for name, rc in crashed:
+                tail = open(os.path.join(self.out, f"{name}.log"), errors="replace").read()[-1500:]
+                self.errors.append(f"{name} exited by itself (status {rc}): {tail}")
+                self.forget(name)
             for name, role, pid in live:
                 try:
                     with open(f"/proc/{pid}/status") as f:

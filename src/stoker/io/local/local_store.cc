@@ -221,6 +221,7 @@ DeviceProfile LocalStore::Probe(std::string_view key) {
     std::mt19937_64 rng(size);
     auto batch = [&](int count, uint64_t length) -> std::optional<absl::Duration> {
       std::vector<ReadRequest> requests;
+      requests.reserve(count);
       for (int i = 0; i < count; ++i) {
         uint64_t offset = rng() % (size - length) / kSmall * kSmall;
         requests.push_back(ReadRequest{std::string(key), {offset, length}, ""});
@@ -229,6 +230,7 @@ DeviceProfile LocalStore::Probe(std::string_view key) {
       int left = count;
       bool ok = true;
       std::vector<ReadCallback> callbacks;
+      callbacks.reserve(count);
       for (int i = 0; i < count; ++i) {
         callbacks.push_back([&](absl::StatusOr<Buffer> result) {
           absl::MutexLock lock(&done_mu);

@@ -188,13 +188,19 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
   // cut short by its own deadline only says that the handshake was shut down.
   std::string cause;
+  // Each attempt is bounded, so a call stuck on a first connection attempt cannot hold up the
+  // retries; the bound doubles (1 s, 2 s, 4 s, ...), so a dispatcher that answers slowly (a busy
+  // machine, a slow journal sync) is still heard before connect_timeout.
+  auto attempt_timeout = std::chrono::milliseconds(1000);
+  bool timed_out = false;  // an attempt got no answer within its bound
   while (true) {
     GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
     // No wait_for_ready: a refused connection or an unknown host fails the call at once with
-    // the cause, which the error below names. Each attempt is bounded, so a call stuck on a
-    // first connection attempt cannot hold up the retries.
-    SetDeadline(&ctx, std::chrono::seconds(1));
+    // the cause, which the error below names.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    SetDeadline(&ctx, std::max(std::chrono::milliseconds(1000), std::min(attempt_timeout, left)));
+    attempt_timeout *= 2;
     grpc::Status s = c->dispatcher_->GetOrCreateJob(&ctx, req, &resp);
     if (s.ok()) {
       c->job_id_ = resp.job_id();
@@ -206,10 +212,13 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     if (cause.empty() || (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                           s.error_message().find("shutdown") == std::string::npos))
       cause = s.error_message();
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) timed_out = true;
     if (Clock::now() + backoff > deadline)
       return absl::UnavailableError(StrCat(
           "cannot reach the dispatcher at ", address, " within ", Seconds(options.connect_timeout),
-          " s (is it running, and is the address right?): ", cause));
+          " s (is it running, and is the address right?): ", cause,
+          timed_out ? "; some attempts got no answer in time (is the dispatcher overloaded?)"
+                    : ""));
     std::this_thread::sleep_for(backoff);  // retry back-off, not test synchronisation
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
