@@ -119,7 +119,15 @@ absl::Status LocalWorkerActuator::StartOne() {
   return absl::OkStatus();
 }
 
+void LocalWorkerActuator::Tick() {
+  Reap(false);
+  if (wanted_ < 0) return;
+  absl::Status s = Scale(wanted_);
+  if (!s.ok()) SPDLOG_WARN("{}", s.ToString());
+}
+
 absl::Status LocalWorkerActuator::Scale(int workers) {
+  wanted_ = workers;
   Reap(false);
   int active = 0;
   for (const Child& c : children_) active += c.stopping ? 0 : 1;

@@ -48,7 +48,8 @@ class LocalWorkerActuator : public WorkerActuator {
   ~LocalWorkerActuator() override;
   // Starts workers, or SIGTERMs the newest ones, so that `workers` run and are not stopping.
   absl::Status Scale(int workers) override;
-  void Tick() override { Reap(false); }  // logs and reaps the workers that exited
+  // Reaps (and logs) the workers that exited, and replaces those that exited on their own.
+  void Tick() override;
   // Children not yet reaped (running or draining), and those of them told to stop.
   int children() const { return static_cast<int>(children_.size()); }
   std::vector<pid_t> pids() const;
@@ -62,6 +63,7 @@ class LocalWorkerActuator : public WorkerActuator {
   absl::Status StartOne();
   const LocalActuatorOptions options_;
   std::vector<Child> children_;  // oldest first
+  int wanted_ = -1;              // the last Scale's; -1: none yet
 };
 
 struct KubernetesActuatorOptions {

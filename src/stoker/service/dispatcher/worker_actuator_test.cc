@@ -3,12 +3,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "stoker/testing/subprocess.h"
 
@@ -76,6 +79,47 @@ class OneRequestServer {
 };
 
 void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+bool Alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// The local actuator with a stand-in for `stoker worker`: a script that exits 0 on SIGTERM.
+TEST(LocalActuator, StartsStopsNewestFirstReplacesCrashedAndDrainsAllAtTheEnd) {
+  testing::ScopedTempDir dir;
+  const std::string exe = dir.path() + "/fake-worker";
+  Write(exe, "#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.02; done\n");
+  ASSERT_EQ(::chmod(exe.c_str(), 0755), 0);
+  std::vector<pid_t> all;
+  {
+    LocalActuatorOptions o;
+    o.executable = exe;
+    o.dispatcher_address = "127.0.0.1:1";
+    o.stop_timeout = std::chrono::seconds(10);
+    LocalWorkerActuator a(o);
+    ASSERT_TRUE(a.Scale(3).ok());
+    std::vector<pid_t> three = a.pids();
+    ASSERT_EQ(three.size(), 3u);
+    ASSERT_TRUE(a.Scale(2).ok());  // the newest is told to drain
+    for (int i = 0; i < 200 && a.children() > 2; ++i) {
+      a.Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(a.pids(), std::vector<pid_t>(three.begin(), three.begin() + 2));
+    EXPECT_FALSE(Alive(three[2]));
+    // A worker that dies on its own is replaced at the next tick.
+    ::kill(three[0], SIGKILL);
+    for (int i = 0; i < 200 && a.pids()[0] == three[0]; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      a.Tick();
+    }
+    std::vector<pid_t> now = a.pids();
+    ASSERT_EQ(now.size(), 2u);
+    EXPECT_EQ(now[0], three[1]);
+    EXPECT_NE(now[1], three[0]);
+    all = three;
+    all.push_back(now[1]);
+  }
+  for (pid_t p : all) EXPECT_FALSE(Alive(p)) << p;  // drained and reaped by the destructor
+}
 
 TEST(KubernetesActuator, PatchesTheDeploymentsScaleWithTheServiceAccountToken) {
   testing::ScopedTempDir dir;
