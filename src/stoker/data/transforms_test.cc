@@ -223,6 +223,8 @@ TEST(FusedImageOps, SameBytesAsTheOpsOneByOne) {
   RegisterImages();
   const json decode = {{"op", "decode_image"}, {"field", "jpg"}};
   const json crop = {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {24, 32}}};
+  // 37 wide: the 16-value SIMD steps and a scalar tail, in HWC and CHW.
+  const json odd_crop = {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {23, 37}}};
   const json hflip = {{"op", "flip"}, {"field", "jpg"}};
   const json vflip = {{"op", "flip"}, {"field", "jpg"}, {"direction", "vertical"}};
   const json norm = {{"op", "normalize"},
@@ -238,6 +240,8 @@ TEST(FusedImageOps, SameBytesAsTheOpsOneByOne) {
   const std::vector<json> chains = {
       {cls, decode, crop, hflip, chw, batch},          // into the batch buffer
       {cls, decode, crop, hflip, vflip, norm, batch},  // two flips, HWC
+      {cls, decode, odd_crop, hflip, norm, batch},     // HWC, an odd width
+      {cls, decode, odd_crop, vflip, chw, batch},      // CHW, an odd width
       {cls, decode, crop, hflip, as_uint8, batch},     // uint8 output
       {cls, decode, crop, vflip},                      // flip only, no batch
       {decode, crop, chw, batch},                      // normalize only

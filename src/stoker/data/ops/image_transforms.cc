@@ -2,7 +2,10 @@
 // decode_image), flip, normalize. docs/pipeline.md lists their parameters.
 #include <cmath>
 #include <cstring>
-#include <type_traits>
+#include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -257,33 +260,81 @@ class Flip : public Transform {
   bool vertical_;
 };
 
+// out[i] = float(in[i]) * a[i] + b[i] for i < n. SSE2 does 16 values at a time with exactly the
+// scalar expression per lane (one multiply, then one add, each rounded to float: no fused
+// multiply-add), so the result is bit for bit the scalar loop's.
+void ConvertRow(const uint8_t* in, const float* a, const float* b, size_t n, float* out) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128i zero = _mm_setzero_si128();
+  for (; i + 16 <= n; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i lo = _mm_unpacklo_epi8(v, zero), hi = _mm_unpackhi_epi8(v, zero);
+    const __m128i words[4] = {_mm_unpacklo_epi16(lo, zero), _mm_unpackhi_epi16(lo, zero),
+                              _mm_unpacklo_epi16(hi, zero), _mm_unpackhi_epi16(hi, zero)};
+    for (size_t j = 0; j < 4; ++j) {
+      const __m128 f = _mm_cvtepi32_ps(words[j]);
+      const __m128 scaled = _mm_mul_ps(f, _mm_loadu_ps(a + i + 4 * j));
+      _mm_storeu_ps(out + i + 4 * j, _mm_add_ps(scaled, _mm_loadu_ps(b + i + 4 * j)));
+    }
+  }
+#endif
+  for (; i < n; ++i) out[i] = static_cast<float>(in[i]) * a[i] + b[i];
+}
+
+// Copies one row of a uint8 HWC image (w pixels of c values) to `out` in output order: HWC, or
+// CHW planes of `plane` values apart; mirrored when hflip.
+void GatherRow(const uint8_t* row, int64_t w, int64_t c, bool hflip, bool chw, int64_t plane,
+               uint8_t* out) {
+  if (!chw && !hflip) {
+    std::memcpy(out, row, static_cast<size_t>(w * c));
+  } else if (!chw) {
+    for (int64_t x = 0; x < w; ++x) std::memcpy(out + x * c, row + (w - 1 - x) * c, c);
+  } else if (c == 3) {
+    uint8_t *r = out, *g = out + plane, *bl = out + 2 * plane;
+    for (int64_t x = 0; x < w; ++x) {
+      const uint8_t* p = row + (hflip ? w - 1 - x : x) * 3;
+      r[x] = p[0], g[x] = p[1], bl[x] = p[2];
+    }
+  } else {
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t x = 0; x < w; ++x) out[k * plane + x] = row[(hflip ? w - 1 - x : x) * c + k];
+  }
+}
+
 // One pass from a uint8 HWC image to `dst`: flipped as asked, in HWC or CHW layout, each value
-// kept (Out = uint8_t) or converted to v * a[k] + b[k] (Out = float). The loops run per channel
-// with the flip and layout decided outside them, so the compiler vectorises them; the arithmetic
-// is the expression normalize evaluates, so the values are bit for bit those of flip, then
-// normalize.
-template <typename Out>
+// kept (a == nullptr: uint8 out) or converted to v * a[k] + b[k] (float out), the expression
+// normalize evaluates, so the values are bit for bit those of flip, then normalize. Each row is
+// gathered into output order, then converted 16 values at a time (ConvertRow).
 void FlipConvert(const uint8_t* src, int64_t h, int64_t w, int64_t c, bool hflip, bool vflip,
-                 bool chw, const float* a, const float* b, Out* dst) {
+                 bool chw, const float* a, const float* b, uint8_t* dst) {
+  const int64_t plane = h * w;
+  auto source_row = [&](int64_t y) { return src + (vflip ? h - 1 - y : y) * w * c; };
+  if (a == nullptr) {
+    for (int64_t y = 0; y < h; ++y)
+      GatherRow(source_row(y), w, c, hflip, chw, plane, chw ? dst + y * w : dst + y * w * c);
+    return;
+  }
+  // The row's values and their coefficients, in output order.
+  const size_t n = static_cast<size_t>(w * c);
+  std::vector<uint8_t> values(n);
+  std::vector<float> as(n), bs(n);
+  for (int64_t k = 0; k < c; ++k) {
+    for (int64_t x = 0; x < w; ++x) {
+      const size_t i = static_cast<size_t>(chw ? k * w + x : x * c + k);
+      as[i] = a[k], bs[i] = b[k];
+    }
+  }
+  float* out = reinterpret_cast<float*>(dst);
   for (int64_t y = 0; y < h; ++y) {
-    const uint8_t* row = src + (vflip ? h - 1 - y : y) * w * c;
+    GatherRow(source_row(y), w, c, hflip, chw, w, values.data());
+    if (!chw) {
+      ConvertRow(values.data(), as.data(), bs.data(), n, out + y * w * c);
+      continue;
+    }
     for (int64_t k = 0; k < c; ++k) {
-      const uint8_t* in = row + k;
-      Out* out = chw ? dst + (k * h + y) * w : dst + y * w * c + k;
-      const int64_t step = chw ? 1 : c;
-      const float ak = a != nullptr ? a[k] : 1.0f, bk = b != nullptr ? b[k] : 0.0f;
-      auto convert = [ak, bk](uint8_t v) -> Out {
-        if constexpr (std::is_same_v<Out, float>) {
-          return static_cast<float>(v) * ak + bk;
-        } else {
-          return v;
-        }
-      };
-      if (hflip) {
-        for (int64_t x = 0; x < w; ++x) out[x * step] = convert(in[(w - 1 - x) * c]);
-      } else {
-        for (int64_t x = 0; x < w; ++x) out[x * step] = convert(in[x * c]);
-      }
+      ConvertRow(values.data() + k * w, as.data() + k * w, bs.data() + k * w,
+                 static_cast<size_t>(w), out + k * plane + y * w);
     }
   }
 }
@@ -311,8 +362,7 @@ class Normalize : public Transform {
     UninitBuffer out(static_cast<size_t>(plane * c) * (uint8_ ? 1 : sizeof(float)));
     std::vector<int64_t> shape = chw_ ? std::vector<int64_t>{c, h, w} : t->shape;
     if (uint8_) {
-      FlipConvert<uint8_t>(t->values<uint8_t>(), h, w, c, false, false, chw_, nullptr, nullptr,
-                           out.data());
+      FlipConvert(t->values<uint8_t>(), h, w, c, false, false, chw_, nullptr, nullptr, out.data());
       e.fields[field_] = Tensor{DType::kUint8, std::move(shape), std::move(out).Finish()};
       return e;
     }
@@ -435,12 +485,11 @@ class ImageChain : public SlotWriter {
     const bool chw = normalize_ && normalize_->chw();
     const uint8_t* src = image.values<uint8_t>();
     if (ValueBytes() == 1) {
-      FlipConvert<uint8_t>(src, h, w, c, hflip, vflip, chw, nullptr, nullptr, slot);
+      FlipConvert(src, h, w, c, hflip, vflip, chw, nullptr, nullptr, slot);
     } else {
       std::vector<float> a, b;
       normalize_->Coefficients(c, DType::kUint8, &a, &b);
-      FlipConvert<float>(src, h, w, c, hflip, vflip, chw, a.data(), b.data(),
-                         reinterpret_cast<float*>(slot));
+      FlipConvert(src, h, w, c, hflip, vflip, chw, a.data(), b.data(), slot);
     }
     std::vector<int64_t> shape = chw ? std::vector<int64_t>{c, h, w} : image.shape;
     Buffer data = own.data() != nullptr ? std::move(own).Finish() : std::move(slot_view);
