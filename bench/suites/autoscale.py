@@ -220,6 +220,10 @@ lasts about 22 s; a training job of hours would see the steady-state figure); st
 `--min-workers` near the expected need, or a shorter `--autoscale-interval-ms`, shortens it. The
 steady-state column compares the two once 3 workers run.
 
+A change after settling, where there is one, comes at the job's end: once every split is handed
+out the workers idle while the trainer reads what they buffered, and after 3 idle intervals the
+autoscaler releases a worker (3 -> 2) before the trainer is done.
+
 Per run:
 
 {per_run}
