@@ -31,6 +31,8 @@ packages=(
   prometheus chromium
   # multi-host tests on one machine (scripts/netns-cluster): network namespaces, bridges, tc
   iproute2
+  # TLS certificates for the service security test
+  openssl
   # a test that finds a hung process prints its threads' stacks
   gdb
 )

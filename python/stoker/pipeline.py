@@ -144,7 +144,8 @@ class Pipeline:
 
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
                    deterministic=None, sharding="dynamic", compression="none",
-                   partial_round="drop", num_epochs=None, no_worker_timeout=0):
+                   partial_round="drop", num_epochs=None, no_worker_timeout=0, tls_ca=None,
+                   token_file=None, tls_cert=None, tls_key=None):
         """The same pipeline, run by the stoker service's workers (dispatcher "host:port" or
         "grpc://host:port"). Only the workers open the data: this process needs no storage
         credentials.
@@ -165,7 +166,12 @@ class Pipeline:
         compression ("none", "zstd" or "lz4") compresses elements on the wire (worth it when the
         network, not the workers' CPU, is the limit). num_epochs: epochs the job may run (default:
         as many as you iterate). no_worker_timeout: seconds without any worker before an error
-        (default 0: wait, logging every 10 s)."""
+        (default 0: wait, logging every 10 s).
+        Security (docs/security.md): tls_ca, a PEM CA file, dials the dispatcher and workers with
+        TLS, verifying their certificates (default: $STOKER_TLS_CA; none: plaintext); token_file
+        names a file holding the token presented on every call (default: $STOKER_TOKEN_FILE);
+        tls_cert / tls_key, PEM files, are the client certificate for servers that require one
+        (mutual TLS)."""
         for i, op in enumerate(self._spec.get("ops", [])):
             if op.get("op") == "python_map":
                 raise ValueError(
@@ -195,7 +201,9 @@ class Pipeline:
         return DistributedPipeline(self, dispatcher, job_name or "", sharding, compression,
                                    num_consumers=num_consumers, consumer_index=consumer_index,
                                    partial_round=partial_round, deterministic=bool(deterministic),
-                                   num_epochs=num_epochs, no_worker_timeout=no_worker_timeout)
+                                   num_epochs=num_epochs, no_worker_timeout=no_worker_timeout,
+                                   security={"tls_ca": tls_ca, "token_file": token_file,
+                                             "tls_cert": tls_cert, "tls_key": tls_key})
 
     def _device_op(self):
         """The trailing to_device op of the spec, or None."""
@@ -323,8 +331,16 @@ class DistributedPipeline:
 
     def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none",
                  num_consumers=None, consumer_index=None, partial_round="drop",
-                 deterministic=False, num_epochs=None, no_worker_timeout=0):
+                 deterministic=False, num_epochs=None, no_worker_timeout=0, security=None):
         self.pipeline = pipeline
+        # TLS and token files (distribute's tls_ca, token_file, tls_cert, tls_key), the
+        # environment's defaults filled in now.
+        security = dict(security or {})
+        if not security.get("tls_ca"):
+            security["tls_ca"] = os.environ.get("STOKER_TLS_CA", "")
+        if not security.get("token_file"):
+            security["token_file"] = os.environ.get("STOKER_TOKEN_FILE", "")
+        self.security = {k: os.fspath(v) if v else "" for k, v in security.items()}
         self.dispatcher = dispatcher
         self.job_name = job_name
         self.sharding = sharding
@@ -357,7 +373,8 @@ class DistributedPipeline:
                                    consumer_index=self.consumer_index,
                                    partial_round=self.partial_round,
                                    deterministic=self.deterministic, num_epochs=self.num_epochs,
-                                   no_worker_timeout=self.no_worker_timeout)
+                                   no_worker_timeout=self.no_worker_timeout,
+                                   security=self.security)
 
     def set_epoch(self, epoch):
         """The epoch the next plain iteration delivers."""
@@ -413,7 +430,7 @@ class DistributedPipeline:
                 "first_epoch": int(epoch), "num_consumers": int(num_consumers),
                 "consumer_index": int(consumer_index), "partial_round": self.partial_round,
                 "deterministic": bool(self.deterministic),
-                "no_worker_timeout": float(self.no_worker_timeout)})
+                "no_worker_timeout": float(self.no_worker_timeout), **self.security})
             self._consumer, self._consumer_key = c, key
         self._exhausted_epoch = None
         return c

@@ -65,6 +65,7 @@ struct DispatcherCliOptions {
   std::vector<std::string> worker_flags;  // local: more `stoker worker` flags
   std::string k8s_deployment;
   std::string k8s_namespace;
+  service::SecurityOptions security;
 };
 
 absl::Status RunDispatcher(const DispatcherCliOptions& o) {
@@ -92,6 +93,7 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
     return absl::InvalidArgumentError(
         "--k8s-deployment and --k8s-namespace need --autoscale kubernetes");
   }
+  options.security = o.security;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
   if (o.autoscale == "local") {
@@ -127,6 +129,7 @@ struct WorkerCliOptions {
   int unhealthy_after = 3;
   std::vector<std::string> plugin_dirs;
   std::string log_format = "text";
+  service::SecurityOptions security;
 };
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
@@ -161,6 +164,7 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.threads = o.threads;
   options.plugin_dirs = o.plugin_dirs;
   options.unhealthy_after_failures = o.unhealthy_after;
+  options.security = o.security;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
   // 503 with the reason once the worker is unhealthy (docs/operations.md).
@@ -214,6 +218,7 @@ struct ConsumeOptions {
   double step_ms = 0;  // a simulated trainer's work per element
   std::string log_format = "text";
   ProgressMode progress = ProgressMode::kAuto;
+  service::SecurityOptions security;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -261,6 +266,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   }
   service::ServiceClientOptions options;
   options.dispatcher_address = o.dispatcher;
+  options.security = o.security;
   options.job_name = o.job_name;
   options.sharding = o.sharding;
   options.compression = o.compression;
@@ -551,6 +557,47 @@ void AddLogOptions(CLI::App* app, std::string* format, const char* default_level
              default_level, "). See docs/operations.md."));
 }
 
+// Which side of the service a command is: it serves, dials, or both (a worker).
+enum SecuritySides { kServes = 1, kDials = 2 };
+
+// TLS and token flags (docs/security.md), and their environment variables in --help's footer.
+void AddSecurityOptions(CLI::App* app, service::SecurityOptions* o, int sides, bool worker) {
+  const bool serves = (sides & kServes) != 0, dials = (sides & kDials) != 0;
+  app->add_option("--tls-cert", o->tls_cert_file,
+                  serves ? "PEM certificate chain to serve TLS with (with --tls-key)"
+                         : "PEM client certificate, for servers that require one (mutual TLS)");
+  app->add_option("--tls-key", o->tls_key_file, "PEM private key of --tls-cert");
+  if (serves)
+    app->add_option("--tls-client-ca", o->tls_client_ca_file,
+                    "mutual TLS: accept only clients presenting a certificate signed by this PEM "
+                    "CA");
+  if (dials)
+    app->add_option("--tls-ca", o->tls_ca_file,
+                    "dial with TLS, verifying servers' certificates against this PEM CA "
+                    "(default: $STOKER_TLS_CA; none: plaintext)")
+        ->envname("STOKER_TLS_CA");
+  app->add_option("--token-file", o->token_file,
+                  serves ? "file holding the client token: required on every client RPC"
+                           " (default: $STOKER_TOKEN_FILE; none: no token required)"
+                         : "file holding the token presented on every RPC (default: "
+                           "$STOKER_TOKEN_FILE)")
+      ->envname("STOKER_TOKEN_FILE");
+  if (serves && !worker)
+    app->add_option("--worker-token-file", o->worker_token_file,
+                    "file holding the token workers must present (default: $STOKER_WORKER_TOKEN_"
+                    "FILE, else --token-file's)")
+        ->envname("STOKER_WORKER_TOKEN_FILE");
+  if (worker)
+    app->add_option("--worker-token-file", o->worker_token_file,
+                    "file holding the token presented to the dispatcher (default: "
+                    "$STOKER_WORKER_TOKEN_FILE, else --token-file's)")
+        ->envname("STOKER_WORKER_TOKEN_FILE");
+  app->footer(StrCat(app->get_footer(), "\nSecurity: STOKER_TOKEN_FILE",
+                     serves ? ", STOKER_WORKER_TOKEN_FILE" : "", dials ? ", STOKER_TLS_CA" : "",
+                     " stand for the flags of the same name. Tokens and keys are never logged. "
+                     "See docs/security.md."));
+}
+
 }  // namespace
 
 void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
@@ -592,6 +639,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   d->add_option("--k8s-namespace", dispatcher_options.k8s_namespace,
                 "--autoscale kubernetes: the Deployment's namespace (default: the pod's)");
   AddLogOptions(d, &dispatcher_options.log_format, "info");
+  AddSecurityOptions(d, &dispatcher_options.security, kServes, /*worker=*/false);
   d->callback([=] { *result = RunDispatcher(dispatcher_options); });
 
   static WorkerCliOptions worker_options;
@@ -622,6 +670,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "(default 3; 0: never)")
       ->check(CLI::NonNegativeNumber);
   AddLogOptions(w, &worker_options.log_format, "info");
+  AddSecurityOptions(w, &worker_options.security, kServes | kDials, /*worker=*/true);
   w->callback([=] { *result = RunWorker(worker_options); });
 
   static ConsumeOptions consume_options;
@@ -695,6 +744,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "that a scraper reads the final counts (default 0)")
       ->check(CLI::NonNegativeNumber);
   AddLogOptions(c, &consume_options.log_format, "warn");
+  AddSecurityOptions(c, &consume_options.security, kDials, /*worker=*/false);
   AddProgressFlags(c, &consume_options.progress);
   c->callback([=] { *result = RunConsume(consume_options); });
 

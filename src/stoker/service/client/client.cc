@@ -147,7 +147,8 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   c->first_epoch_ = first_epoch;
   c->num_epochs_ = num_epochs;
   c->epochs_done_ = first_epoch;
-  c->dispatcher_ = DispatcherService::NewStub(MakeChannel(address));
+  ASSIGN_OR_RETURN(c->security_, Security::Load(options.security));
+  c->dispatcher_ = DispatcherService::NewStub(c->security_->MakeChannel(address, Caller::kClient));
   GetOrCreateJobRequest req;
   req.set_spec_json(spec.dump());
   req.set_fingerprint(fingerprint);
@@ -193,6 +194,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   // machine, a slow journal sync) is still heard before connect_timeout.
   auto attempt_timeout = std::chrono::milliseconds(1000);
   bool timed_out = false;  // an attempt got no answer within its bound
+  int handshake_failures = 0;  // in a row, as DiagnoseUnavailable judged them
   while (true) {
     GetOrCreateJobResponse resp;
     grpc::ClientContext ctx;
@@ -209,6 +211,16 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!transient) return FromGrpc(s, StrCat("creating the job at dispatcher ", address));
+    // A TLS or plaintext mismatch (or a refused handshake) does not heal by waiting: say so now.
+    // A failed handshake is reported the third time in a row (it may be a connection cut short).
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && handshake_failures < 3) {
+      bool certain = true;
+      std::string why = DiagnoseUnavailable(address, *c->security_, s, &certain);
+      handshake_failures = why.empty() ? 0 : handshake_failures + 1;
+      if (!why.empty() && (certain || handshake_failures == 3))
+        return absl::UnavailableError(
+            StrCat("cannot reach the dispatcher at ", address, ": ", why));
+    }
     if (cause.empty() || (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                           s.error_message().find("shutdown") == std::string::npos))
       cause = s.error_message();
@@ -335,7 +347,7 @@ void ServiceClient::HeartbeatLoop() {
         auto f = std::make_unique<Fetcher>();
         f->worker_id = w.worker_id();
         f->address = w.address();
-        f->stub = WorkerService::NewStub(MakeChannel(w.address()));
+        f->stub = WorkerService::NewStub(security_->MakeChannel(w.address(), Caller::kClient));
         fetchers_[w.worker_id()] = std::move(f);
         // Enough threads for requests_per_worker in flight to every worker, up to the cap.
         size_t wanted = std::min<size_t>(
@@ -367,6 +379,8 @@ void ServiceClient::HeartbeatLoop() {
         error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
       if (resp.job_finished()) finished_ = true;
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+               s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+               s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
@@ -550,8 +564,10 @@ void ServiceClient::FetchLoop() {
     --f->in_flight;
     if (!s.ok()) {
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-          s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-        // The worker refuses this consumer (removed, or a job it cannot share): no retry helps.
+          s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+          s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        // The worker refuses this consumer (removed, a job it cannot share, or this client's
+        // token): no retry helps.
         if (error_.ok()) error_ = FromGrpc(s, StrCat("GetElements from worker ", f->address));
         f->removed = true;
         continue;

@@ -38,6 +38,7 @@
 #include "stoker/data/tensor.h"
 #include "stoker/data/to_device.h"
 #include "stoker/service.grpc.pb.h"
+#include "stoker/service/common/security.h"
 
 namespace stoker::service {
 
@@ -81,6 +82,8 @@ struct ServiceClientOptions {
   // no_worker_timeout (0: never).
   std::chrono::milliseconds no_worker_log{10000};
   std::chrono::milliseconds no_worker_timeout{0};
+  // TLS and the client token, for the dispatcher and the workers (common/security.h).
+  SecurityOptions security;
 };
 
 // The most fetch threads a client runs, however many workers serve the job.
@@ -201,6 +204,7 @@ class ServiceClient {
   // delivered of a split are positions; 0 when the spec does not allow it.
   int64_t position_batch_ = 0;
   int64_t job_id_ = 0;
+  std::shared_ptr<const Security> security_;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;
   std::unique_ptr<data::DeviceStage> device_stage_;  // the spec's to_device, or null

@@ -8,10 +8,11 @@ namespace stoker::service {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(grpc::Service* service, int port,
                                                               std::string_view who,
+                                                              const Security& security,
                                                               int max_send_message_bytes) {
   std::unique_ptr<GrpcServer> s(new GrpcServer());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(StrCat("0.0.0.0:", port), grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(StrCat("0.0.0.0:", port), security.ServerCredentials(), &s->port_);
   builder.RegisterService(service);
   if (max_send_message_bytes != 0) builder.SetMaxSendMessageSize(max_send_message_bytes);
   s->server_ = builder.BuildAndStart();
@@ -19,6 +20,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(grpc::Service* ser
     return absl::UnavailableError(
         StrCat(who, " cannot listen on port ", port, " (in use? choose another --port)"));
   }
+  WarnIfPlaintext(security, who, s->port_);
   return s;
 }
 

@@ -1,6 +1,8 @@
 // GrpcServer: the gRPC server runner of the dispatcher and the worker (their RPC logic lives in
 // their own classes; this is only the listening socket's lifecycle). It listens on 0.0.0.0:PORT
-// (0: any free port) with one service, and stops with a short grace period for calls in flight.
+// (0: any free port) with one service, with TLS or plaintext as `security` says (a plaintext
+// server logs a warning once per process), and stops with a short grace period for calls in
+// flight. Tokens are checked by the service's handlers (Security::Check).
 //
 // Thread safety: Start, Shutdown and the destructor are called by the owner; port() is
 // immutable after Start.
@@ -12,6 +14,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "stoker/service/common/security.h"
 
 namespace stoker::service {
 
@@ -21,6 +24,7 @@ class GrpcServer {
   // ("dispatcher", "worker"). max_send_message_bytes: 0 keeps gRPC's default, -1 is unlimited.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(grpc::Service* service, int port,
                                                            std::string_view who,
+                                                           const Security& security,
                                                            int max_send_message_bytes = 0);
   ~GrpcServer();  // Shutdown()
 

@@ -51,35 +51,47 @@ struct SyncBeforeReply {
   }
 };
 
-// The thin gRPC adapter: every call goes to the Dispatcher's logic.
+// The thin gRPC adapter: every call checks the caller's token first, then goes to the
+// Dispatcher's logic.
 class GrpcDispatcher final : public DispatcherService::Service {
  public:
-  explicit GrpcDispatcher(stoker::service::Dispatcher* d) : d_(d) {}
-  grpc::Status GetOrCreateJob(grpc::ServerContext*, const GetOrCreateJobRequest* req,
+  GrpcDispatcher(stoker::service::Dispatcher* d, const Security* security)
+      : d_(d), security_(security) {}
+  grpc::Status GetOrCreateJob(grpc::ServerContext* ctx, const GetOrCreateJobRequest* req,
                               GetOrCreateJobResponse* resp) override {
+    if (auto s = security_->Check(*ctx, Caller::kClient, "dispatcher", "GetOrCreateJob"); !s.ok())
+      return s;
     return ToGrpc(d_->GetOrCreateJob(*req, resp));
   }
-  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const WorkerHeartbeatRequest* req,
+  grpc::Status WorkerHeartbeat(grpc::ServerContext* ctx, const WorkerHeartbeatRequest* req,
                                WorkerHeartbeatResponse* resp) override {
+    if (auto s = security_->Check(*ctx, Caller::kWorker, "dispatcher", "WorkerHeartbeat"); !s.ok())
+      return s;
     return ToGrpc(d_->WorkerHeartbeat(*req, resp));
   }
-  grpc::Status GetSplit(grpc::ServerContext*, const GetSplitRequest* req,
+  grpc::Status GetSplit(grpc::ServerContext* ctx, const GetSplitRequest* req,
                         GetSplitResponse* resp) override {
+    if (auto s = security_->Check(*ctx, Caller::kWorker, "dispatcher", "GetSplit"); !s.ok())
+      return s;
     return ToGrpc(d_->GetSplit(*req, resp));
   }
-  grpc::Status ClientHeartbeat(grpc::ServerContext*, const ClientHeartbeatRequest* req,
+  grpc::Status ClientHeartbeat(grpc::ServerContext* ctx, const ClientHeartbeatRequest* req,
                                ClientHeartbeatResponse* resp) override {
+    if (auto s = security_->Check(*ctx, Caller::kClient, "dispatcher", "ClientHeartbeat"); !s.ok())
+      return s;
     return ToGrpc(d_->ClientHeartbeat(*req, resp));
   }
 
  private:
   stoker::service::Dispatcher* d_;
+  const Security* security_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOptions& options) {
   std::unique_ptr<Dispatcher> d(new Dispatcher(options));
+  ASSIGN_OR_RETURN(d->security_, Security::Load(options.security));
   {
     absl::MutexLock lock(&d->mu_);
     if (!options.work_dir.empty()) {
@@ -102,8 +114,9 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
     for (const auto& [id, job] : d->state_.jobs())
       if (job.clients.empty()) d->job_unconsumed_since_[id] = Clock::now();
   }
-  d->service_ = std::make_unique<GrpcDispatcher>(d.get());
-  ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.port, "dispatcher"));
+  d->service_ = std::make_unique<GrpcDispatcher>(d.get(), d->security_.get());
+  ASSIGN_OR_RETURN(d->server_,
+                   GrpcServer::Start(d->service_.get(), options.port, "dispatcher", *d->security_));
   d->port_ = d->server_->port();
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorPeers(); });
   d->measure_ = StartThread("dispatcher-load", [p = d.get()] { p->MeasureLoop(); });

@@ -55,6 +55,7 @@
 #include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/journal.h"
 #include "stoker/service/dispatcher/autoscaler.h"
+#include "stoker/service/common/security.h"
 #include "stoker/service/dispatcher/dispatcher_state.h"
 #include "stoker/service/dispatcher/worker_actuator.h"
 
@@ -71,6 +72,9 @@ struct DispatcherOptions {
   // interval; the recommended worker count, and the autoscaler's decisions, follow each interval.
   std::chrono::milliseconds load_interval{2000};
   AutoscalerConfig autoscaler;  // used once StartAutoscaler is called
+  // TLS and tokens (common/security.h): client RPCs need the client token, worker RPCs the
+  // worker token.
+  SecurityOptions security;
 };
 
 class Dispatcher {
@@ -202,6 +206,7 @@ class Dispatcher {
   std::unique_ptr<WorkerActuator> actuator_ ABSL_GUARDED_BY(mu_);
   std::thread measure_;
 
+  std::shared_ptr<const Security> security_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<GrpcServer> server_;
   std::thread monitor_;

@@ -28,18 +28,25 @@ constexpr auto kRpcTimeout = std::chrono::seconds(5);
 // serialized reply itself, referencing its buffered payloads (elements_response.h).
 class GrpcWorker final : public grpc::Service {
  public:
-  explicit GrpcWorker(stoker::service::Worker* w) : w_(w) {
+  GrpcWorker(stoker::service::Worker* w, const Security* security) : w_(w), security_(security) {
     AddMethod(new grpc::internal::RpcServiceMethod(
         "/stoker.service.WorkerService/GetElements", grpc::internal::RpcMethod::NORMAL_RPC,
         new grpc::internal::RpcMethodHandler<GrpcWorker, GetElementsRequest, grpc::ByteBuffer,
                                              grpc::protobuf::MessageLite, grpc::ByteBuffer>(
-            [](GrpcWorker* service, grpc::ServerContext*, const GetElementsRequest* req,
-               grpc::ByteBuffer* resp) { return ToGrpc(service->w_->GetElements(*req, resp)); },
+            [](GrpcWorker* service, grpc::ServerContext* ctx, const GetElementsRequest* req,
+               grpc::ByteBuffer* resp) {
+              if (auto s =
+                      service->security_->Check(*ctx, Caller::kClient, "worker", "GetElements");
+                  !s.ok())
+                return s;
+              return ToGrpc(service->w_->GetElements(*req, resp));
+            },
             this)));
   }
 
  private:
   stoker::service::Worker* w_;
+  const Security* security_;
 };
 
 // The batch size of the spec's batch op (1 without one): splits are a multiple of it, so that a
@@ -88,10 +95,13 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   if (options.dispatcher_address.empty())
     return absl::InvalidArgumentError("a worker needs --dispatcher HOST:PORT");
   std::unique_ptr<Worker> w(new Worker(options));
-  w->dispatcher_ = DispatcherService::NewStub(MakeChannel(options.dispatcher_address));
-  w->service_ = std::make_unique<GrpcWorker>(w.get());
-  ASSIGN_OR_RETURN(w->server_, GrpcServer::Start(w->service_.get(), options.port, "worker",
-                                                 /*max_send_message_bytes=*/-1));
+  ASSIGN_OR_RETURN(w->security_, Security::Load(options.security));
+  w->dispatcher_ = DispatcherService::NewStub(
+      w->security_->MakeChannel(options.dispatcher_address, Caller::kWorker));
+  w->service_ = std::make_unique<GrpcWorker>(w.get(), w->security_.get());
+  ASSIGN_OR_RETURN(w->server_,
+                   GrpcServer::Start(w->service_.get(), options.port, "worker", *w->security_,
+                                     /*max_send_message_bytes=*/-1));
   w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
@@ -184,6 +194,7 @@ void Worker::AddBusy(Task* task, Clock::duration d) {
 
 void Worker::HeartbeatLoop() {
   auto backoff = options_.heartbeat_interval;
+  Clock::time_point last_diagnosis{};  // of a failed heartbeat's cause (a probe: at most 1 s)
   while (true) {
     WorkerHeartbeatRequest req;
     {
@@ -213,13 +224,28 @@ void Worker::HeartbeatLoop() {
     SetDeadline(&ctx, kRpcTimeout + options_.heartbeat_interval);
     auto sent = Clock::now();
     grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
+    std::string why;  // a configuration mismatch behind a failure (TLS, plaintext), if any
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        Clock::now() - last_diagnosis >= std::chrono::seconds(10)) {
+      last_diagnosis = Clock::now();
+      why = DiagnoseUnavailable(options_.dispatcher_address, *security_, s);
+    }
     std::vector<std::thread> finished;
     {
       absl::MutexLock lock(&mu_);
       bool changed = false;  // the reply's task list differs from the one the request named
       if (!s.ok()) {
-        SPDLOG_WARN("worker {}: heartbeat to dispatcher {} failed: {}; retrying", address_,
-                    options_.dispatcher_address, s.error_message());
+        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          SPDLOG_ERROR("worker {}: dispatcher {} refused this worker: {}; retrying", address_,
+                       options_.dispatcher_address, s.error_message());
+        } else {
+          if (!why.empty())
+            SPDLOG_ERROR("worker {}: heartbeat to dispatcher {} failed: {}; retrying", address_,
+                         options_.dispatcher_address, why);
+          else
+            SPDLOG_WARN("worker {}: heartbeat to dispatcher {} failed: {}; retrying", address_,
+                        options_.dispatcher_address, s.error_message());
+        }
       } else {
         if (worker_id_ != resp.worker_id())
           SPDLOG_INFO("worker {}: registered as worker {}", address_, resp.worker_id());

@@ -38,6 +38,7 @@
 #include "stoker/service.pb.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_server.h"
+#include "stoker/service/common/security.h"
 
 namespace stoker::service {
 
@@ -55,6 +56,9 @@ struct WorkerOptions {
   // After this many tasks in a row failed, the worker is unhealthy: it reports so to the
   // dispatcher (which gives it no new task) and /healthz answers 503. 0: never.
   int unhealthy_after_failures = 3;
+  // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
+  // presents the worker token to the dispatcher.
+  SecurityOptions security;
 };
 
 class Worker {
@@ -158,6 +162,7 @@ class Worker {
   int port_ = 0;
   int64_t metrics_collector_ = 0;  // id in MetricsRegistry::Default(); 0: none
   std::string address_;
+  std::shared_ptr<const Security> security_;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<GrpcServer> server_;
