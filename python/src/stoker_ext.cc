@@ -662,6 +662,16 @@ class ServiceConsumer {
     options.consumer_index = o["consumer_index"].cast<int64_t>();
     options.partial_round = o["partial_round"].cast<std::string>();
     options.deterministic = o["deterministic"].cast<bool>();
+    if (o.contains("prefetch_mb") && !o["prefetch_mb"].is_none()) {
+      // A request asks for at most what the prefetch budget holds.
+      options.prefetch_bytes = o["prefetch_mb"].cast<int64_t>() << 20;
+      options.request_bytes = std::min(options.request_bytes, options.prefetch_bytes);
+    }
+    if (o.contains("cross_trainer_cache")) {
+      options.cross_trainer_cache = o["cross_trainer_cache"].cast<bool>();
+      options.trainer_id = o["trainer_id"].cast<std::string>();
+      options.on_fall_behind = o["on_fall_behind"].cast<std::string>();
+    }
     if (o.contains("resume") && !o["resume"].is_none())
       options.resume = o["resume"].cast<std::string>();
     options.no_worker_timeout = std::chrono::milliseconds(
@@ -716,6 +726,20 @@ class ServiceConsumer {
   std::string Fingerprint() const { return client_ ? client_->fingerprint() : std::string(); }
   int64_t epoch() const { return client_ ? client_->epoch() : -1; }
   int64_t job_id() const { return client_ ? client_->job_id() : -1; }
+  // The client's counters (ServiceClientStats) as a dict.
+  py::dict Stats() const {
+    py::dict d;
+    if (!client_) return d;
+    const service::ServiceClientStats s = client_->stats();
+    d["elements"] = s.elements;
+    d["bytes"] = s.bytes;
+    d["duplicates"] = s.duplicates;
+    d["splits"] = s.splits;
+    d["cache_hits"] = s.cache_hits;
+    d["cache_recomputed"] = s.cache_recomputed;
+    d["cache_skipped"] = s.cache_skipped;
+    return d;
+  }
 
   // Samples per epoch as the job's workers counted them (waits up to `timeout` seconds).
   int64_t NumSamples(double timeout) {
@@ -1009,7 +1033,10 @@ PYBIND11_MODULE(_stoker, m) {
       .def("num_samples", &ServiceConsumer::NumSamples, py::arg("timeout") = 60.0)
       .def("close", &ServiceConsumer::Close)
       .def_property_readonly("epoch", &ServiceConsumer::epoch)
-      .def_property_readonly("job_id", &ServiceConsumer::job_id);
+      .def_property_readonly("job_id", &ServiceConsumer::job_id)
+      .def("stats", &ServiceConsumer::Stats,
+           "counters: elements, bytes, duplicates, splits, cache_hits, cache_recomputed, "
+           "cache_skipped");
   py::class_<DispatcherServer>(m, "DispatcherServer")
       .def(py::init<int, const std::string&, int64_t, int64_t>(), py::arg("port") = 0,
            py::arg("work_dir") = "", py::arg("worker_timeout_ms") = 3000,

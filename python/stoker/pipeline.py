@@ -145,7 +145,9 @@ class Pipeline:
     def distribute(self, dispatcher, job_name=None, num_consumers=None, consumer_index=None,
                    deterministic=None, sharding="dynamic", compression="none",
                    partial_round="drop", num_epochs=None, no_worker_timeout=0, tls_ca=None,
-                   token_file=None, tls_cert=None, tls_key=None):
+                   token_file=None, tls_cert=None, tls_key=None,
+                   cross_trainer_cache=False, trainer_id=None, on_fall_behind="recompute",
+                   prefetch_mb=None):
         """The same pipeline, run by the stoker service's workers (dispatcher "host:port" or
         "grpc://host:port"). Only the workers open the data: this process needs no storage
         credentials.
@@ -171,7 +173,12 @@ class Pipeline:
         TLS, verifying their certificates (default: $STOKER_TLS_CA; none: plaintext); token_file
         names a file holding the token presented on every call (default: $STOKER_TOKEN_FILE);
         tls_cert / tls_key, PEM files, are the client certificate for servers that require one
-        (mutual TLS)."""
+        (mutual TLS).
+        cross_trainer_cache (with job_name and a trainer_id per trainer): every trainer of the job
+        reads all of it, produced once (hyper-parameter trials sharing preprocessing); a trainer
+        behind the workers' window gets what it missed recomputed (on_fall_behind "recompute",
+        the default) or skipped and counted ("skip"). In order by default.
+        prefetch_mb: MiB of elements fetched ahead of the trainer (default 256)."""
         for i, op in enumerate(self._spec.get("ops", [])):
             if op.get("op") == "python_map":
                 raise ValueError(
@@ -195,15 +202,25 @@ class Pipeline:
         if num_consumers is not None and not 0 <= consumer_index < num_consumers:
             raise ValueError(f"distribute: consumer_index {consumer_index} is not 0 .. "
                              f"{num_consumers - 1}")
+        if cross_trainer_cache and (not job_name or not trainer_id):
+            raise ValueError("distribute: cross_trainer_cache needs a job_name (shared by the "
+                             "trainers) and a trainer_id for each trainer")
+        if on_fall_behind not in ("recompute", "skip"):
+            raise ValueError(f"distribute: unknown on_fall_behind {on_fall_behind!r}: use "
+                             "'recompute' or 'skip'")
         if deterministic is None:
             # In order, unless the job is named to be shared (first come first served).
-            deterministic = not job_name or num_consumers is not None
+            deterministic = (not job_name or num_consumers is not None or
+                             bool(cross_trainer_cache))
         return DistributedPipeline(self, dispatcher, job_name or "", sharding, compression,
                                    num_consumers=num_consumers, consumer_index=consumer_index,
                                    partial_round=partial_round, deterministic=bool(deterministic),
                                    num_epochs=num_epochs, no_worker_timeout=no_worker_timeout,
                                    security={"tls_ca": tls_ca, "token_file": token_file,
-                                             "tls_cert": tls_cert, "tls_key": tls_key})
+                                             "tls_cert": tls_cert, "tls_key": tls_key},
+                                   cross_trainer_cache=bool(cross_trainer_cache),
+                                   trainer_id=trainer_id or "", on_fall_behind=on_fall_behind,
+                                   prefetch_mb=prefetch_mb)
 
     def _device_op(self):
         """The trailing to_device op of the spec, or None."""
@@ -331,8 +348,14 @@ class DistributedPipeline:
 
     def __init__(self, pipeline, dispatcher, job_name, sharding, compression="none",
                  num_consumers=None, consumer_index=None, partial_round="drop",
-                 deterministic=False, num_epochs=None, no_worker_timeout=0, security=None):
+                 deterministic=False, num_epochs=None, no_worker_timeout=0, security=None,
+                 cross_trainer_cache=False, trainer_id="", on_fall_behind="recompute",
+                 prefetch_mb=None):
         self.pipeline = pipeline
+        self.prefetch_mb = prefetch_mb
+        self.cross_trainer_cache = cross_trainer_cache
+        self.trainer_id = trainer_id
+        self.on_fall_behind = on_fall_behind
         # TLS and token files (distribute's tls_ca, token_file, tls_cert, tls_key), the
         # environment's defaults filled in now.
         security = dict(security or {})
@@ -374,7 +397,11 @@ class DistributedPipeline:
                                    partial_round=self.partial_round,
                                    deterministic=self.deterministic, num_epochs=self.num_epochs,
                                    no_worker_timeout=self.no_worker_timeout,
-                                   security=self.security)
+                                   security=self.security,
+                                   cross_trainer_cache=self.cross_trainer_cache,
+                                   trainer_id=self.trainer_id,
+                                   on_fall_behind=self.on_fall_behind,
+                                   prefetch_mb=self.prefetch_mb)
 
     def set_epoch(self, epoch):
         """The epoch the next plain iteration delivers."""
@@ -430,7 +457,10 @@ class DistributedPipeline:
                 "first_epoch": int(epoch), "num_consumers": int(num_consumers),
                 "consumer_index": int(consumer_index), "partial_round": self.partial_round,
                 "deterministic": bool(self.deterministic),
-                "no_worker_timeout": float(self.no_worker_timeout), **self.security})
+                "no_worker_timeout": float(self.no_worker_timeout), **self.security,
+                "cross_trainer_cache": bool(self.cross_trainer_cache),
+                "trainer_id": self.trainer_id, "on_fall_behind": self.on_fall_behind,
+                "prefetch_mb": self.prefetch_mb})
             self._consumer, self._consumer_key = c, key
         self._exhausted_epoch = None
         return c
@@ -515,6 +545,12 @@ class ServiceIterator:
     def num_samples(self, timeout=60.0):
         """Samples per epoch, as the job's workers counted them."""
         return self._consumer.num_samples(timeout)
+
+    def stats(self):
+        """This consumer's counters: elements, bytes, duplicates, splits, and with a
+        cross-trainer cache cache_hits, cache_recomputed, cache_skipped (elements received from
+        the workers' windows, computed again for it, skipped)."""
+        return self._consumer.stats()
 
     def __iter__(self):
         return self

@@ -124,6 +124,7 @@ struct WorkerCliOptions {
   std::string host;  // empty: the address this host reaches the dispatcher from
   int heartbeat_ms = 500;
   std::string buffer_bytes = "256MiB";
+  std::string cache_bytes = "256MiB";
   int threads = 0;
   int drain_timeout_ms = 10000;
   int unhealthy_after = 3;
@@ -161,6 +162,11 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
     return absl::InvalidArgumentError(StrCat("--buffer-bytes: ", o.buffer_bytes, " is too large"));
   }
   options.buffer_bytes = static_cast<int64_t>(buffer_bytes);
+  ASSIGN_OR_RETURN(uint64_t cache_bytes, ParseByteSizeFlag("--cache-bytes", o.cache_bytes));
+  if (cache_bytes > uint64_t{INT64_MAX}) {
+    return absl::InvalidArgumentError(StrCat("--cache-bytes: ", o.cache_bytes, " is too large"));
+  }
+  options.cache_bytes = static_cast<int64_t>(cache_bytes);
   options.threads = o.threads;
   options.plugin_dirs = o.plugin_dirs;
   options.unhealthy_after_failures = o.unhealthy_after;
@@ -203,6 +209,9 @@ struct ConsumeOptions {
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
   std::string partial_round = "drop";
+  bool cross_trainer_cache = false;
+  std::string trainer_id;
+  std::string on_fall_behind = "recompute";
   bool deterministic = false;     // --deterministic
   bool no_deterministic = false;  // --no-deterministic
   int64_t prefetch_mb = 256;
@@ -276,12 +285,17 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.num_consumers = o.num_consumers;
   options.consumer_index = o.consumer_index;
   options.partial_round = o.partial_round;
+  options.cross_trainer_cache = o.cross_trainer_cache;
+  options.trainer_id = o.trainer_id;
+  options.on_fall_behind = o.on_fall_behind;
   if (o.deterministic && o.no_deterministic)
     return absl::InvalidArgumentError("give --deterministic or --no-deterministic, not both");
   // In order by default; a named job without coordinated reads is meant to be shared, so it
   // delivers fastest first unless --deterministic says otherwise.
+  // A cross-trainer cache job gives each trainer all of it: in order by default too.
   options.deterministic =
-      o.deterministic || (!o.no_deterministic && (o.job_name.empty() || o.num_consumers > 0));
+      o.deterministic ||
+      (!o.no_deterministic && (o.job_name.empty() || o.num_consumers > 0 || o.cross_trainer_cache));
   options.prefetch_bytes = o.prefetch_mb << 20;
   options.reorder_bytes = o.reorder_mb << 20;
   options.no_worker_timeout =
@@ -392,6 +406,13 @@ absl::Status RunConsume(const ConsumeOptions& o) {
                stats.wait_seconds + stats.between_seconds > 0
                    ? stats.wait_seconds / (stats.wait_seconds + stats.between_seconds)
                    : 0.0);
+  if (o.cross_trainer_cache)
+    std::fprintf(stderr,
+                 "cross-trainer cache (trainer %s): %lld elements from the workers' windows, %lld "
+                 "recomputed, %lld skipped\n",
+                 o.trainer_id.c_str(), static_cast<long long>(stats.cache_hits),
+                 static_cast<long long>(stats.cache_recomputed),
+                 static_cast<long long>(stats.cache_skipped));
   if (interrupted) {
     client.reset();  // leaves the job now
     std::fprintf(stderr, "consume: interrupted\n");
@@ -656,6 +677,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
                 "ready elements kept per job, in bytes; K, M, G suffixes (default 256M)");
+  w->add_option("--cache-bytes", worker_options.cache_bytes,
+                "cross-trainer cache jobs: elements kept per job for trainers behind the fastest, "
+                "in bytes; K, M, G suffixes (default 256M). A trainer behind this window gets "
+                "what it missed recomputed (or skipped, with on_fall_behind skip)");
   w->add_option("--threads", worker_options.threads, "pipeline threads (default: the spec's)");
   w->add_option("--drain-timeout-ms", worker_options.drain_timeout_ms,
                 "on SIGTERM/SIGINT: finish the current splits and wait this long for clients to "
@@ -706,6 +731,15 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   c->add_option("--partial-round", consume_options.partial_round,
                 "coordinated reads: drop (default) or pad a split's incomplete round")
       ->check(CLI::IsMember({"drop", "pad"}));
+  c->add_flag("--cross-trainer-cache", consume_options.cross_trainer_cache,
+              "with --job-name and --trainer-id: every trainer of the job reads all of it, "
+              "produced once (workers keep a window of recent elements for trainers behind)");
+  c->add_option("--trainer-id", consume_options.trainer_id,
+                "cross-trainer cache: this trainer's id, one per trainer of the job");
+  c->add_option("--on-fall-behind", consume_options.on_fall_behind,
+                "cross-trainer cache: recompute (default: a trainer behind the window gets what "
+                "it missed computed again) or skip (it is skipped and counted)")
+      ->check(CLI::IsMember({"recompute", "skip"}));
   c->add_flag("--deterministic", consume_options.deterministic,
               "deliver in the job's global order, the order of `stoker run` whatever the number "
               "of workers (the default, except for a --job-name without --num-consumers); one "

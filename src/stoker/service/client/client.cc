@@ -137,6 +137,12 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     num_epochs -= token->epoch - first_epoch;
     first_epoch = token->epoch;
   }
+  if (options.cross_trainer_cache &&
+      (options.job_name.empty() || options.trainer_id.empty() || !options.resume.empty()))
+    return absl::InvalidArgumentError(
+        "a cross-trainer cache needs a job_name (shared by the trainers) and a trainer_id for "
+        "each trainer, and cannot resume from a checkpoint (a trainer joining the running job "
+        "reads it from its start)");
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->fingerprint_ = fingerprint;
   c->spec_ = spec;
@@ -184,6 +190,8 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   req.set_partial_round(options.partial_round);
   req.set_deterministic(options.deterministic && options.num_consumers == 0 &&
                         options.sharding == "dynamic");
+  req.set_cross_trainer_cache(options.cross_trainer_cache);
+  req.set_on_fall_behind(options.on_fall_behind);
   auto deadline = Clock::now() + options.connect_timeout;
   auto backoff = std::chrono::milliseconds(50);
   // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
@@ -308,6 +316,7 @@ void ServiceClient::HeartbeatLoop() {
     ClientHeartbeatRequest req;
     req.set_job_id(job_id_);
     req.set_consumer_index(options_.consumer_index);
+    req.set_trainer_id(options_.trainer_id);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
@@ -458,7 +467,8 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
     place = places_.emplace(d->split_id(), std::move(sp)).first;
   }
   // Delivered before the checkpoint this client resumed from: only marks its place in order.
-  const bool empty = d->empty() || place->second.delivered.count(d->sequence()) > 0;
+  // A skipped element (cross-trainer cache, on_fall_behind skip) only marks its place too.
+  const bool empty = d->empty() || d->skipped() || place->second.delivered.count(d->sequence()) > 0;
   // An epoch this consumer moved past (AdvanceEpoch) is discarded as it arrives. In order, the
   // expected pointer must still pass over it, so ordered clients keep it until its turn.
   const bool stale = d->epoch() < epoch_ && !ordered();
@@ -556,6 +566,7 @@ void ServiceClient::FetchLoop() {
     req.set_job_id(job_id_);
     req.set_max_bytes(max_bytes);
     req.set_consumer_index(options_.consumer_index);
+    req.set_trainer_id(options_.trainer_id);
     GetElementsResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(10));
@@ -580,6 +591,9 @@ void ServiceClient::FetchLoop() {
       continue;
     }
     f->backoff = std::chrono::milliseconds(20);
+    stats_.cache_hits += resp.cache_hits();
+    stats_.cache_recomputed += resp.cache_recomputed();
+    stats_.cache_skipped += resp.cache_skipped();
     for (ElementData& d : *resp.mutable_elements()) {
       // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
       // the consumer gets a clear error instead.

@@ -64,6 +64,13 @@ struct ServiceClientOptions {
   // its epoch and runs only what it had not delivered, on any number of workers. The spec must
   // be the one it was taken with. Not for coordinated jobs yet.
   std::string resume;
+  // Cross-trainer cache (needs job_name): every trainer of the job reads all of it, produced
+  // once; each names itself with its own trainer_id. on_fall_behind: "recompute" (default: a
+  // trainer behind the workers' window gets the elements it missed computed again) or "skip"
+  // (tf.data's behaviour: they are skipped, and counted in stats().cache_skipped).
+  bool cross_trainer_cache = false;
+  std::string trainer_id;
+  std::string on_fall_behind = "recompute";
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
@@ -97,6 +104,11 @@ struct ServiceClientStats {
   int64_t bytes = 0;       // payload bytes received (delivered ones)
   int64_t duplicates = 0;  // dropped because already held
   int64_t splits = 0;      // acknowledged as delivered
+  // Cross-trainer cache: elements received from a worker's window, computed again for this
+  // trainer (it was behind the window), or skipped (on_fall_behind skip: never delivered).
+  int64_t cache_hits = 0;
+  int64_t cache_recomputed = 0;
+  int64_t cache_skipped = 0;
   // Time inside GetNext (the trainer waited for data), and from a GetNext's return to the next
   // call (the trainer's own work): stall ratio = wait / (wait + between).
   double wait_seconds = 0;

@@ -56,6 +56,10 @@ void ElementsResponseBuilder::Add(const ElementData& meta, const std::vector<Buf
   }
 }
 
+void ElementsResponseBuilder::AddFields(const GetElementsResponse& fields) {
+  pending_ += fields.SerializeAsString();  // a message's fields may come in any order, repeated
+}
+
 grpc::ByteBuffer ElementsResponseBuilder::Finish(bool end_of_stream, int64_t stream_end) {
   if (end_of_stream) {
     pending_.push_back(static_cast<char>(kEndOfStreamTag));

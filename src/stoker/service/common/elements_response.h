@@ -24,6 +24,8 @@ class ElementsResponseBuilder {
   // `meta` is the element without its payload; the payload is the concatenation of `pieces`
   // (none: no payload).
   void Add(const ElementData& meta, const std::vector<Buffer>& pieces);
+  // Adds the fields set in `fields` (not its elements, which must be empty): merged by the parser.
+  void AddFields(const GetElementsResponse& fields);
   // The message with the elements added so far plus these fields. The builder is empty afterwards.
   grpc::ByteBuffer Finish(bool end_of_stream, int64_t stream_end);
 

@@ -573,6 +573,16 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
       resume.push_back({p.begin(), p.end(), p.exact()});
     }
   }
+  const std::string on_fall_behind =
+      req.on_fall_behind().empty() ? "recompute" : req.on_fall_behind();
+  if (on_fall_behind != "recompute" && on_fall_behind != "skip")
+    return absl::InvalidArgumentError(
+        StrCat("unknown on_fall_behind '", on_fall_behind, "': use 'recompute' or 'skip'"));
+  if (req.cross_trainer_cache() &&
+      (req.job_name().empty() || sharding != "dynamic" || req.num_consumers() > 0))
+    return absl::InvalidArgumentError(
+        "cross_trainer_cache needs a job_name (the trainers share the job by name), dynamic "
+        "sharding and no num_consumers");
   if (sharding == "off" && req.num_consumers() > 0)
     return absl::InvalidArgumentError(
         "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
@@ -593,6 +603,9 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
     differs("deterministic", std::string(job->deterministic ? "true" : "false"),
             std::string(req.deterministic() ? "true" : "false"));
     differs("first_epoch", job->first_epoch, req.first_epoch());
+    differs("cross_trainer_cache", std::string(job->cross_trainer_cache ? "true" : "false"),
+            std::string(req.cross_trainer_cache() ? "true" : "false"));
+    if (job->cross_trainer_cache) differs("on_fall_behind", job->on_fall_behind, on_fall_behind);
     if (job->resumed || req.resuming()) {
       nlohmann::json theirs = nlohmann::json::array();
       for (const auto& p : job->resume) theirs.push_back({p.begin, p.end, p.exact});
@@ -623,6 +636,10 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                            {"num_consumers", req.num_consumers()},
                            {"partial_round", partial_round},
                            {"deterministic", req.deterministic()}};
+  if (req.cross_trainer_cache()) {
+    create["cross_trainer_cache"] = true;
+    create["on_fall_behind"] = on_fall_behind;
+  }
   // Journaled with the job: replayed, it resumes at the same point.
   if (req.resuming()) create["resume"] = std::move(resume);
   RETURN_IF_ERROR(Update(create));
@@ -731,6 +748,8 @@ void Dispatcher::ListTasks(int64_t worker_id, const std::set<int64_t>& running,
     t->set_first_epoch(job.first_epoch);
     t->set_num_consumers(job.num_consumers);
     t->set_partial_round(job.partial_round);
+    t->set_cross_trainer_cache(job.cross_trainer_cache);
+    t->set_on_fall_behind(job.on_fall_behind);
     t->set_needs_size(job.sharding == "dynamic" && job.num_samples == 0);
     for (int64_t index : job.departed) t->add_departed_consumers(index);
     size_t n = job.removed_clients.size();
@@ -869,6 +888,17 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                                                  " of job ", job->id, " is taken by client ", other,
                                                  ", which is alive; give each consumer its own "
                                                  "index (with torch.distributed: its rank)"));
+    } else if (job->cross_trainer_cache) {
+      if (req.trainer_id().empty())
+        return absl::InvalidArgumentError(
+            StrCat("job ", job->id,
+                   " has a cross-trainer cache: each consumer needs a trainer_id (stoker consume "
+                   "--trainer-id, Python distribute(trainer_id=...))"));
+      for (int64_t other : job->clients)
+        if (state_.clients().at(other).trainer_id == req.trainer_id())
+          return absl::AlreadyExistsError(StrCat("trainer id '", req.trainer_id(), "' of job ",
+                                                 job->id, " is taken by client ", other,
+                                                 ", which is alive; give each trainer its own id"));
     } else if (job->deterministic && !job->clients.empty()) {
       return absl::FailedPreconditionError(
           StrCat("job ", job->id,
@@ -884,7 +914,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
         Update({{"type", "register_client"},
                 {"client_id", client_id},
                 {"job_id", job->id},
-                {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0}}));
+                {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0},
+                {"trainer_id", job->cross_trainer_cache ? req.trainer_id() : std::string()}}));
     job_unconsumed_since_.erase(job->id);
     SPDLOG_INFO("dispatcher: client {} joined job {}", client_id, job->id);
   } else if (!state_.clients().count(client_id)) {
@@ -914,6 +945,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     json ack = {{"type", "ack_splits"}, {"job_id", job->id}, {"split_ids", acks}};
     if (job->num_consumers > 0)
       ack["consumer_index"] = state_.clients().at(client_id).consumer_index;
+    if (job->cross_trainer_cache) ack["client_id"] = client_id;
     RETURN_IF_ERROR(Update(ack));
   }
   for (int64_t worker_id : req.ended_workers())
@@ -943,14 +975,16 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     info->set_address(w.address);
   }
   resp->set_registered_workers(static_cast<int64_t>(state_.workers().size()));
-  resp->set_job_finished(state_.JobFinished(*job));
+  // A trainer of a cross-trainer cache job is done once it has acknowledged everything itself.
+  resp->set_job_finished(state_.JobFinished(*job) ||
+                         (job->cross_trainer_cache && job->FinishedFor(client_id)));
   resp->set_job_error(job->error.empty() && !job->ended.empty()
                           ? StrCat("the job was ended: ", job->ended)
                           : job->error);
   resp->set_num_samples(job->num_samples);
   resp->set_first_epoch(job->first_epoch);
   resp->set_num_epochs(job->num_epochs);
-  resp->set_epochs_done(job->epochs_done());
+  resp->set_epochs_done(job->epochs_done(job->cross_trainer_cache ? client_id : 0));
   resp->set_splits_created(state_.next_split_id(job->id));
   resp->set_num_consumers(job->num_consumers);
   return absl::OkStatus();

@@ -22,17 +22,24 @@ std::optional<int64_t> DispatcherState::FindJobByName(const std::string& name) c
   return std::nullopt;
 }
 
-int64_t DispatcherState::Job::epochs_done() const {
+int64_t DispatcherState::Job::epochs_done(int64_t client_id) const {
   if (num_samples <= 0) return first_epoch;
   // Split ids follow positions, so the first split not acknowledged bounds what is complete.
   int64_t complete = next_sample;
   for (const auto& [id, split] : splits) {
-    if (!split.done) {
+    if (!split.done && !(cross_trainer_cache && split.acked_by.count(client_id))) {
       complete = std::min(complete, split.begin);
       break;
     }
   }
   return first_epoch + complete / num_samples;
+}
+
+bool DispatcherState::Job::FinishedFor(int64_t client_id) const {
+  if (num_samples <= 0 || next_sample < positions()) return false;
+  for (const auto& [id, split] : splits)
+    if (!split.done && !split.acked_by.count(client_id)) return false;
+  return true;
 }
 
 int64_t DispatcherState::Job::SkipGaps(int64_t p) const {
@@ -135,6 +142,26 @@ bool CoordinatedDone(const DispatcherState::Job& job, const DispatcherState::Spl
   return true;
 }
 
+// Cross-trainer cache: every live trainer acknowledged the split.
+bool CrossTrainerDone(const DispatcherState::Job& job, const DispatcherState::SplitInfo& split) {
+  if (job.clients.empty()) return false;
+  for (int64_t c : job.clients)
+    if (!split.acked_by.count(c)) return false;
+  return true;
+}
+
+// Splits not done that every live consumer has acknowledged (after one left) become done.
+void MarkAcknowledgedDone(DispatcherState::Job& j) {
+  for (auto& [split_id, split] : j.splits) {
+    if (split.done) continue;
+    if (j.num_consumers > 0 ? CoordinatedDone(j, split) : CrossTrainerDone(j, split)) {
+      split.done = true;
+      ++j.done_splits;
+      std::erase(j.pending, split_id);
+    }
+  }
+}
+
 }  // namespace
 
 DispatcherState::Job* DispatcherState::MutableJob(const json& update) {
@@ -180,6 +207,16 @@ absl::Status DispatcherState::Apply(const json& u) {
         if (!u["deterministic"].is_boolean()) return Malformed(u, "'deterministic' is not a bool");
         job.deterministic = u["deterministic"].get<bool>();
       }
+      if (u.contains("cross_trainer_cache")) {
+        if (!u["cross_trainer_cache"].is_boolean())
+          return Malformed(u, "'cross_trainer_cache' is not a bool");
+        job.cross_trainer_cache = u["cross_trainer_cache"].get<bool>();
+      }
+      ASSIGN_OR_RETURN(job.on_fall_behind, GetString(u, "on_fall_behind", "recompute"));
+      if (job.on_fall_behind != "recompute" && job.on_fall_behind != "skip")
+        return Malformed(u, "'on_fall_behind' is neither 'recompute' nor 'skip'");
+      if (job.cross_trainer_cache && (job.num_consumers > 0 || job.sharding != "dynamic"))
+        return Malformed(u, "'cross_trainer_cache' needs dynamic sharding and no num_consumers");
       if (job.first_epoch < 0 || job.first_epoch > kMaxEpochs)
         return Malformed(u, StrCat("'first_epoch' must be 0 .. ", kMaxEpochs));
       if (job.num_consumers < 0 || job.num_consumers > kMaxConsumers)
@@ -244,6 +281,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (u.contains("consumer_index")) {
         ASSIGN_OR_RETURN(c.consumer_index, GetInt(u, "consumer_index"));
       }
+      ASSIGN_OR_RETURN(c.trainer_id, GetString(u, "trainer_id", ""));
       // Journals written before clients were tracked name no job: only the id counts then.
       if (u.contains("job_id")) {
         ASSIGN_OR_RETURN(c.job_id, GetInt(u, "job_id"));
@@ -256,6 +294,18 @@ absl::Status DispatcherState::Apply(const json& u) {
           return Malformed(u, "'consumer_index' out of the job's range");
         job->clients.insert(c.id);
         job->ever_had_client = true;
+        if (job->cross_trainer_cache) {
+          // The new trainer reads the job from its start: what it lacks is not done any more.
+          for (auto& [split_id, split] : job->splits) {
+            if (!split.done) continue;
+            split.done = false;
+            --job->done_splits;
+            if (!workers_.count(split.worker_id)) {  // its worker left: run it again
+              split.worker_id = 0;
+              job->pending.push_back(split_id);
+            }
+          }
+        }
         clients_[c.id] = c;
       }
       last_client_id_ = std::max(last_client_id_, c.id);
@@ -270,16 +320,8 @@ absl::Status DispatcherState::Apply(const json& u) {
         Job& j = job->second;
         j.clients.erase(id);
         j.removed_clients.push_back(id);
-        if (j.num_consumers > 0) {
-          j.departed.insert(it->second.consumer_index);
-          for (auto& [split_id, split] : j.splits) {
-            if (!split.done && CoordinatedDone(j, split)) {
-              split.done = true;
-              ++j.done_splits;
-              std::erase(j.pending, split_id);
-            }
-          }
-        }
+        if (j.num_consumers > 0) j.departed.insert(it->second.consumer_index);
+        if (j.num_consumers > 0 || j.cross_trainer_cache) MarkAcknowledgedDone(j);
       }
       clients_.erase(it);
       return absl::OkStatus();
@@ -342,6 +384,10 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (u.contains("consumer_index")) {
         ASSIGN_OR_RETURN(consumer, GetInt(u, "consumer_index"));
       }
+      int64_t client = 0;
+      if (job->cross_trainer_cache) {
+        ASSIGN_OR_RETURN(client, GetId(u, "client_id"));
+      }
       for (const json& id : *ids) {
         int64_t split_id = id.get<int64_t>();
         auto it = job->splits.find(split_id);
@@ -355,6 +401,9 @@ absl::Status DispatcherState::Apply(const json& u) {
         if (job->num_consumers > 0) {
           it->second.acked_by.insert(consumer);
           if (!CoordinatedDone(*job, it->second)) continue;
+        } else if (job->cross_trainer_cache) {
+          it->second.acked_by.insert(client);
+          if (!CrossTrainerDone(*job, it->second)) continue;
         }
         it->second.done = true;
         ++job->done_splits;

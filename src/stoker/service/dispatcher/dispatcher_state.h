@@ -5,7 +5,8 @@
 // Updates are JSON objects with a "type":
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
 //   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs,
-//               first_epoch, num_consumers, partial_round, deterministic, resume?}
+//               first_epoch, num_consumers, partial_round, deterministic, resume?,
+//               cross_trainer_cache?, on_fall_behind?}
 //                                                    num_samples 0: a worker measures it;
 //                                                    resume [[begin, end, exact], ...]: only
 //                                                    these positions of the first epoch run
@@ -18,16 +19,23 @@
 //                                                    (positions of all epochs in a row: position
 //                                                    p is epoch p / num_samples; never two epochs)
 //   lease_split {job_id, split_id, worker_id}        a pending split leased again
-//   ack_splits {job_id, split_ids, consumer_index?}  a consumer delivered these splits in full
-//                                                    (coordinated: done once every consumer did)
+//   ack_splits {job_id, split_ids, consumer_index?, client_id?}
+//                                                    a consumer delivered these splits in full
+//                                                    (coordinated: done once every consumer did;
+//                                                    cross-trainer cache: once every live
+//                                                    trainer, by client id, did)
 //   requeue_splits {job_id, split_ids}               splits handed to a removed consumer: those
 //                                                    not acknowledged go back to pending
 //   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
 //   job_error {job_id, message}
-//   register_client {client_id, job_id, consumer_index?}
-//   remove_client {client_id}                        timed out or left (coordinated: splits
-//                                                    that every other consumer acknowledged are
-//                                                    done)
+//   register_client {client_id, job_id, consumer_index?, trainer_id?}
+//                                                    cross-trainer cache: a trainer joining
+//                                                    reads the job from its start, so splits it
+//                                                    lacks are no longer done (those whose
+//                                                    worker is gone go back to pending)
+//   remove_client {client_id}                        timed out or left (coordinated, and
+//                                                    cross-trainer cache: splits that every
+//                                                    other consumer acknowledged are done)
 //   end_job {job_id, reason}                         collected (no live consumer): its tasks stop
 //
 // Thread safety: not thread-safe; the dispatcher serialises access with its mutex.
@@ -53,9 +61,10 @@ class DispatcherState {
   struct SplitInfo {
     int64_t begin = 0;
     int64_t end = 0;
-    int64_t worker_id = 0;       // the lease holder; 0 while pending
-    bool done = false;           // acknowledged by the consumer (coordinated: by every consumer)
-    std::set<int64_t> acked_by;  // coordinated: consumer indices that acknowledged it
+    int64_t worker_id = 0;  // the lease holder; 0 while pending
+    bool done = false;  // acknowledged by the consumer (coordinated, cross-trainer: by every one)
+    // Coordinated: consumer indices that acknowledged it; cross-trainer cache: client ids.
+    std::set<int64_t> acked_by;
   };
   // Positions [begin, end) of a resumed job's first epoch still to run; an exact piece is run as
   // one split of exactly these positions.
@@ -74,6 +83,10 @@ class DispatcherState {
     int64_t num_consumers = 0;  // coordinated reads; 0: off
     std::string partial_round = "drop";
     bool deterministic = false;
+    // Every consumer (trainer) reads the whole stream; a split is done once every live trainer
+    // acknowledged it. on_fall_behind: "recompute" or "skip" (the workers' policy).
+    bool cross_trainer_cache = false;
+    std::string on_fall_behind = "recompute";
     std::set<int64_t> clients;             // live consumers
     std::vector<int64_t> removed_clients;  // consumers removed (timed out or left), in order
     // Coordinated: consumer indices whose client was removed; their acknowledgements are no
@@ -101,13 +114,18 @@ class DispatcherState {
     std::set<int64_t> ended_workers;  // sharding off
     std::string error;
     std::map<int64_t, int64_t> last_lease;  // worker id -> the split it was leased last
-    // Epochs first_epoch .. epochs_done() - 1 were handed out and acknowledged in full.
-    int64_t epochs_done() const;
+    // Epochs first_epoch .. epochs_done() - 1 were handed out and acknowledged in full. With
+    // a client id (cross-trainer cache): as that trainer sees it, counting the splits it
+    // acknowledged.
+    int64_t epochs_done(int64_t client_id = 0) const;
+    // Cross-trainer cache: every sample handed out and every split acknowledged by this trainer.
+    bool FinishedFor(int64_t client_id) const;
   };
   struct Client {
     int64_t id = 0;
     int64_t job_id = 0;
     int64_t consumer_index = 0;
+    std::string trainer_id;  // cross-trainer cache jobs
   };
   struct Worker {
     int64_t id = 0;

@@ -42,6 +42,58 @@ TEST(DispatcherState, LostWorkersSplitsArePendingUntilAcknowledged) {
   EXPECT_TRUE(s.JobFinished(*job));
 }
 
+TEST(DispatcherState, CrossTrainerSplitsAreDoneOnceEveryLiveTrainerAcknowledged) {
+  DispatcherState s;
+  ASSERT_TRUE(s.Apply({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}}).ok());
+  ASSERT_TRUE(s.Apply({{"type", "create_job"},
+                       {"job_id", 1},
+                       {"name", "trials"},
+                       {"fingerprint", "f"},
+                       {"num_samples", 10},
+                       {"cross_trainer_cache", true},
+                       {"on_fall_behind", "recompute"}})
+                  .ok());
+  ASSERT_TRUE(s.Apply({{"type", "register_worker"}, {"worker_id", 1}, {"address", "a:1"}}).ok());
+  for (int64_t c : {1, 2})
+    ASSERT_TRUE(s.Apply({{"type", "register_client"},
+                         {"client_id", c},
+                         {"job_id", 1},
+                         {"trainer_id", c == 1 ? "a" : "b"}})
+                    .ok());
+  ASSERT_TRUE(s.Apply({{"type", "create_split"},
+                       {"job_id", 1},
+                       {"split_id", 0},
+                       {"begin", 0},
+                       {"end", 10},
+                       {"worker_id", 1}})
+                  .ok());
+  const auto* job = s.FindJob(1);
+  ASSERT_TRUE(
+      s.Apply({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}, {"client_id", 1}}).ok());
+  EXPECT_FALSE(job->splits.at(0).done);  // trainer b has not read it
+  EXPECT_TRUE(job->FinishedFor(1));
+  EXPECT_FALSE(job->FinishedFor(2));
+  EXPECT_EQ(job->epochs_done(1), 1);
+  EXPECT_EQ(job->epochs_done(2), 0);
+  ASSERT_TRUE(
+      s.Apply({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}, {"client_id", 2}}).ok());
+  EXPECT_TRUE(job->splits.at(0).done);
+  // A trainer joining late reads the job from its start: the split is not done for it, and its
+  // worker being gone, it is run again.
+  ASSERT_TRUE(s.Apply({{"type", "remove_worker"}, {"worker_id", 1}}).ok());
+  ASSERT_TRUE(
+      s.Apply({{"type", "register_client"}, {"client_id", 3}, {"job_id", 1}, {"trainer_id", "c"}})
+          .ok());
+  EXPECT_FALSE(job->splits.at(0).done);
+  EXPECT_EQ(job->pending.size(), 1u);
+  EXPECT_FALSE(s.JobFinished(*job));
+  // ... and once it leaves, nobody lacks the split any more.
+  ASSERT_TRUE(s.Apply({{"type", "remove_client"}, {"client_id", 3}}).ok());
+  EXPECT_TRUE(s.JobFinished(*job));
+  // An acknowledgement without the trainer's client id is malformed.
+  EXPECT_FALSE(s.Apply({{"type", "ack_splits"}, {"job_id", 1}, {"split_ids", {0}}}).ok());
+}
+
 TEST(DispatcherState, EpochsFollowEachOtherAndSplitsStayInOne) {
   DispatcherState s;
   ASSERT_TRUE(s.Apply({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}}).ok());

@@ -120,6 +120,12 @@ void Worker::CollectMetrics(MetricsWriter& w) {
             "Bytes of encoded elements a task holds for its consumers (bounded by --buffer-bytes)",
             MetricsWriter::Type::kGauge, {{"job_id", std::to_string(id)}},
             static_cast<double>(t->buffered_bytes));
+    if (t->cross_trainer)
+      w.Write("stoker_worker_cache_window_bytes",
+              "Cross-trainer cache: bytes of elements a task keeps for trainers behind the fastest "
+              "(bounded by --cache-bytes)",
+              MetricsWriter::Type::kGauge, {{"job_id", std::to_string(id)}},
+              static_cast<double>(t->window_bytes - t->buffered_bytes));
   }
   w.Write("stoker_worker_tasks", "Tasks (jobs) this worker runs now", MetricsWriter::Type::kGauge,
           {}, static_cast<double>(running));
@@ -160,6 +166,7 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
       for (const auto& [job, t] : tasks_) {
         if (t->cancelled) continue;
         if (!t->producer_done || !t->unassigned.empty()) return false;
+        if (t->cross_trainer && t->buffered_bytes > 0) return false;
         for (const auto& [key, stream] : t->streams)
           if (!stream.buffer.empty()) return false;
       }
@@ -275,6 +282,8 @@ void Worker::HeartbeatLoop() {
           task->num_consumers = std::max<int64_t>(0, t.num_consumers());
           task->pad_rounds = t.partial_round() == "pad";
           task->needs_size = t.needs_size();
+          task->cross_trainer = t.cross_trainer_cache();
+          task->skip_behind = t.on_fall_behind() == "skip";
           MetricsRegistry& metrics = MetricsRegistry::Default();
           const MetricLabels job = {{"job_id", std::to_string(t.job_id())}};
           task->produced_elements = &metrics.GetCounter("stoker_worker_produced_elements_total",
@@ -288,6 +297,24 @@ void Worker::HeartbeatLoop() {
               job);
           task->splits_done = &metrics.GetCounter("stoker_worker_splits_total",
                                                   "Splits a worker processed in full", job);
+          if (task->cross_trainer) {
+            task->cache_hits = &metrics.GetCounter(
+                "stoker_worker_cache_hits_total",
+                "Cross-trainer cache: elements sent to a trainer from the window", job);
+            task->cache_misses = &metrics.GetCounter(
+                "stoker_worker_cache_misses_total",
+                "Cross-trainer cache: elements a trainer asked for after they left the window "
+                "(then recomputed or skipped)",
+                job);
+            task->cache_recomputed = &metrics.GetCounter(
+                "stoker_worker_cache_recomputed_total",
+                "Cross-trainer cache: elements the pipeline produced again for a trainer behind "
+                "the window (including those of its split before the first one it missed)",
+                job);
+            task->cache_skipped = &metrics.GetCounter(
+                "stoker_worker_cache_skipped_total",
+                "Cross-trainer cache (on_fall_behind skip): elements a trainer never got", job);
+          }
           DropRemovedClients(task.get(), t);
           Worker::Task* raw = task.get();
           tasks_[t.job_id()] = std::move(task);
@@ -341,6 +368,10 @@ void Worker::DropRemovedClients(Task* task, const stoker::service::Task& listed)
   for (int64_t client : listed.removed_clients()) {
     if (!task->removed_clients.insert(client).second) continue;
     if (task->num_consumers > 0) continue;  // by consumer index, below
+    if (task->cross_trainer) {              // every trainer reads everything: nothing to give back
+      task->trainers.erase(client);
+      continue;
+    }
     auto it = task->streams.find(client);
     if (it == task->streams.end()) continue;
     for (const Buffered& b : it->second.buffer)
@@ -440,6 +471,11 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
   }
   const int64_t split = meta.split_id();
   Buffered b{std::move(meta), std::move(payload)};
+  if (task->cross_trainer) {
+    task->buffered_bytes += size;
+    AppendToLog(task, std::move(b));
+    return true;
+  }
   if (stream >= 0) {
     if (task->departed.count(stream)) return true;  // that consumer left
     task->buffered_bytes += size;
@@ -556,6 +592,10 @@ bool Worker::PushRounds(Task* task, const GetSplitResponse& split,
 absl::Status Worker::RunDynamic(Task* task) {
   ASSIGN_OR_RETURN(auto pipeline,
                    TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  {
+    absl::MutexLock lock(&mu_);
+    task->pipeline = pipeline;
+  }
   const std::optional<int64_t> size = pipeline->source_size();
   if (!size)
     return absl::InvalidArgumentError(
@@ -660,6 +700,17 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
   if (req.next_index() < 0)
     return absl::InvalidArgumentError(
         StrCat("GetElements: negative next_index ", req.next_index()));
+  {
+    std::shared_ptr<Task> trainers_task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto known = [&] { return stopping_ || tasks_.count(req.job_id()) > 0; };
+      mu_.AwaitWithTimeout(absl::Condition(&known), absl::Milliseconds(50));
+      auto it = tasks_.find(req.job_id());
+      if (it != tasks_.end() && it->second->cross_trainer) trainers_task = it->second;
+    }
+    if (trainers_task) return GetTrainerElements(std::move(trainers_task), req, resp);
+  }
   const int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
   std::vector<Buffered> copies;  // taken under the lock (cheap: metadata and a reference)
   bool end_of_stream = false;
@@ -755,6 +806,204 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
   }
   ElementsResponseBuilder builder;
   for (const Buffered& b : copies) builder.Add(b.meta, b.payload.pieces);
+  *resp = builder.Finish(end_of_stream, stream_end);
+  return absl::OkStatus();
+}
+
+// ---- Cross-trainer cache ----
+
+ElementData Worker::LogSplit::MetaAt(int64_t index) const {
+  ElementData d;
+  d.set_index(index);
+  d.set_split_id(split_id);
+  d.set_sequence(index - first_index);
+  d.set_last(complete && index == first_index + count - 1);
+  d.set_empty(empty);
+  d.set_epoch(epoch);
+  d.set_begin(begin);
+  d.set_end(end);
+  return d;
+}
+
+void Worker::AppendToLog(Task* task, Buffered b) {
+  const int64_t index = task->log_end++;
+  b.meta.set_index(index);
+  if (b.meta.sequence() == 0) {
+    LogSplit& s = task->log_splits[index];
+    s.split_id = b.meta.split_id();
+    s.epoch = b.meta.epoch();
+    s.begin = b.meta.begin();
+    s.end = b.meta.end();
+    s.first_index = index;
+    s.empty = b.meta.empty();
+  }
+  LogSplit& s = task->log_splits.rbegin()->second;  // one producer: splits come whole, in turn
+  ++s.count;
+  s.complete = b.meta.last();
+  task->window_bytes += static_cast<int64_t>(b.payload.size) + 64;
+  task->window.push_back(std::move(b));
+}
+
+void Worker::AdvanceFastest(Task* task, int64_t cursor) {
+  for (; task->fastest < cursor; ++task->fastest)
+    task->buffered_bytes -=
+        static_cast<int64_t>(task->window[task->fastest - task->window_first].payload.size) + 64;
+  // Elements every trainer may still want, oldest first, leave once the window is over budget;
+  // never one the fastest trainer has not read.
+  while (task->window_bytes > options_.cache_bytes && task->window_first < task->fastest) {
+    task->window_bytes -= static_cast<int64_t>(task->window.front().payload.size) + 64;
+    task->window.pop_front();
+    ++task->window_first;
+  }
+}
+
+absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetElementsRequest& req,
+                                        grpc::ByteBuffer* resp) {
+  const int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
+  const auto removed = [&] {
+    return absl::FailedPreconditionError(
+        StrCat("worker ", address_, ": client ", req.client_id(), " of job ", task->job_id,
+               " was removed by the dispatcher (it missed its heartbeats)"));
+  };
+  std::shared_ptr<Trainer> trainer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (task->removed_clients.count(req.client_id())) return removed();
+    std::shared_ptr<Trainer>& slot = task->trainers[req.client_id()];
+    if (!slot) {
+      slot = std::make_shared<Trainer>();
+      slot->id = req.trainer_id();
+    }
+    trainer = slot;
+  }
+  absl::MutexLock one_request(&trainer->fetch_mu);
+  std::vector<Buffered> out;
+  int64_t hits = 0, recomputed = 0, skipped = 0, executed = 0;
+  bool end_of_stream = false;
+  int64_t stream_end = -1;
+  std::optional<LogSplit> recompute;  // the split of the trainer's cursor, behind the window
+  int64_t recompute_from = 0, recompute_below = 0;
+  std::shared_ptr<const data::Pipeline> pipeline;
+  {
+    absl::MutexLock lock(&mu_);
+    int64_t& cursor = trainer->cursor;
+    cursor = req.restart() ? req.next_index() : std::max(cursor, req.next_index());
+    cursor = std::min(cursor, task->log_end);
+    auto ready = [&] {
+      return stopping_ || task->cancelled || task->producer_done || cursor < task->log_end;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
+    if (task->removed_clients.count(req.client_id())) return removed();
+    if (cursor < task->window_first) {
+      auto split = std::prev(task->log_splits.upper_bound(cursor));
+      if (task->skip_behind) {
+        // Only the places of what the trainer missed, so that it can account for them.
+        constexpr int64_t kMostMarkers = 4096;
+        for (; cursor < task->window_first && skipped < kMostMarkers; ++cursor, ++skipped) {
+          if (cursor >= split->second.first_index + split->second.count) ++split;
+          Buffered b{split->second.MetaAt(cursor), EncodedElement()};
+          b.meta.set_skipped(true);
+          out.push_back(std::move(b));
+        }
+      } else {
+        recompute = split->second;
+        recompute_from = cursor;
+        recompute_below = task->window_first;
+        pipeline = task->pipeline;
+      }
+    }
+    if (!recompute) {
+      int64_t bytes = 0;
+      for (; cursor >= task->window_first && cursor < task->log_end; ++cursor) {
+        const Buffered& b = task->window[cursor - task->window_first];
+        int64_t size = static_cast<int64_t>(b.payload.size);
+        if (bytes > 0 && bytes + size > max_bytes) break;
+        bytes += size;
+        out.push_back(b);
+        ++hits;
+      }
+      AdvanceFastest(task.get(), cursor);
+      if (task->producer_done) {
+        stream_end = task->log_end;
+        end_of_stream = cursor >= task->log_end;
+      }
+    }
+  }
+  if (recompute) {
+    // The trainer missed the start of this part of the split: run the split again from its
+    // start (deterministic production gives the same elements) and drop what it has.
+    const LogSplit& split = *recompute;
+    const int64_t stop = std::min(recompute_below, split.first_index + split.count);
+    if (split.empty) {
+      out.push_back(Buffered{split.MetaAt(recompute_from), EncodedElement()});
+    } else if (pipeline == nullptr) {
+      return absl::InternalError(StrCat("job ", task->job_id, ": no pipeline to recompute with"));
+    } else {
+      if (trainer->rc_first != split.first_index || trainer->rc_next > recompute_from) {
+        trainer->rc_provider =
+            std::make_unique<data::SingleSplit>(data::Split{split.begin, split.end});
+        trainer->rc_it =
+            pipeline->MakeIterator(split.epoch, options_.threads, trainer->rc_provider.get());
+        trainer->rc_first = split.first_index;
+        trainer->rc_next = split.first_index;
+      }
+      int64_t bytes = 0;
+      while (trainer->rc_next < stop && bytes < max_bytes) {
+        auto next = trainer->rc_it->GetNext();
+        ++executed;
+        if (!next.ok())
+          return Annotate(next.status(), StrCat("job ", task->job_id, " recomputing split ",
+                                                split.split_id, " for trainer ", trainer->id));
+        if (!next->has_value())
+          return absl::DataLossError(StrCat(
+              "job ", task->job_id, ": recomputing split ", split.split_id, " [", split.begin, ", ",
+              split.end, ") of epoch ", split.epoch, " gave ", trainer->rc_next - split.first_index,
+              " elements, the first run more: the "
+              "pipeline is not deterministic, so a trainer behind the cross-trainer cache cannot "
+              "be served; use on_fall_behind skip or a larger --cache-bytes"));
+        const int64_t index = trainer->rc_next++;
+        if (index < recompute_from) continue;  // the trainer has it
+        Buffered b{split.MetaAt(index), EncodeElementPieces(**next, task->compression)};
+        bytes += static_cast<int64_t>(b.payload.size);
+        out.push_back(std::move(b));
+        ++recomputed;
+      }
+      if (trainer->rc_next >= split.first_index + split.count && split.complete) {
+        trainer->rc_it.reset();
+        trainer->rc_provider.reset();
+        trainer->rc_first = -1;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    if (!out.empty()) trainer->cursor = out.back().meta.index() + 1;
+  }
+  task->cache_hits->Increment(static_cast<double>(hits));
+  task->cache_misses->Increment(static_cast<double>(recomputed + skipped));
+  task->cache_recomputed->Increment(static_cast<double>(executed));
+  task->cache_skipped->Increment(static_cast<double>(skipped));
+  if (!out.empty()) {
+    MetricsRegistry& metrics = MetricsRegistry::Default();
+    const MetricLabels labels = {{"job_id", std::to_string(req.job_id())},
+                                 {"client_id", std::to_string(req.client_id())}};
+    int64_t elements = 0, bytes = 0;
+    for (const Buffered& b : out) {
+      elements += b.meta.empty() || b.meta.skipped() ? 0 : 1;
+      bytes += static_cast<int64_t>(b.payload.size);
+    }
+    metrics
+        .GetCounter("stoker_worker_sent_elements_total",
+                    "Elements sent to consumers (a resent response counts again)", labels)
+        .Increment(static_cast<double>(elements));
+    metrics.GetCounter("stoker_worker_sent_bytes_total", "Payload bytes sent to consumers", labels)
+        .Increment(static_cast<double>(bytes));
+  }
+  ElementsResponseBuilder builder;
+  for (const Buffered& b : out) builder.Add(b.meta, b.payload.pieces);
+  GetElementsResponse counts;
+  counts.set_cache_hits(hits);
+  counts.set_cache_recomputed(recomputed);
+  counts.set_cache_skipped(skipped);
+  builder.AddFields(counts);
   *resp = builder.Finish(end_of_stream, stream_end);
   return absl::OkStatus();
 }

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "stoker/core/metrics.h"
+#include "stoker/data/pipeline.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service.pb.h"
 #include "stoker/service/common/element_codec.h"
@@ -49,7 +50,11 @@ struct WorkerOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds split_target{100};  // processing time a split is sized for
   int64_t buffer_bytes = int64_t{256} << 20;    // per task, of encoded elements
-  int threads = 0;                              // pipeline threads; 0: the spec's setting
+  // Cross-trainer cache jobs: the sliding window of elements the fastest trainer has read, kept
+  // for the trainers behind it, in bytes per task (--cache-bytes). A trainer behind the window
+  // gets its elements recomputed (or skipped, as the job says).
+  int64_t cache_bytes = int64_t{256} << 20;
+  int threads = 0;  // pipeline threads; 0: the spec's setting
   // The only folders plugin libraries named in clients' specs are loaded from (--plugin-dir);
   // none by default, so no plugin (data::PluginPolicy, docs/security.md).
   std::vector<std::string> plugin_dirs;
@@ -97,6 +102,31 @@ class Worker {
     int64_t cursor = 0;           // the next index to hand out
     std::vector<int64_t> splits;  // splits handed (in part) to this consumer
   };
+  // Cross-trainer cache: one trainer's read position on this worker's log, and the split it is
+  // recomputing (it fell behind the window).
+  struct Trainer {
+    std::string id;
+    int64_t cursor = 0;  // the next log index to hand out (guarded by the worker's mu_)
+    // Held for the whole of one of this trainer's requests, so that recomputing (outside mu_)
+    // is never done twice at once; guards the fields below.
+    absl::Mutex fetch_mu;
+    int64_t rc_first = -1;  // the log index of the first element of the split recomputed
+    int64_t rc_next = 0;    // the log index of the element rc_it yields next
+    std::unique_ptr<data::SingleSplit> rc_provider;
+    std::unique_ptr<data::PipelineIterator> rc_it;
+  };
+  // Cross-trainer cache: where one split lies in the task's log.
+  struct LogSplit {
+    int64_t split_id = 0;
+    int64_t epoch = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t first_index = 0;                  // log index of its first element
+    int64_t count = 0;                        // elements in the log so far
+    bool complete = false;                    // its last element is in the log
+    bool empty = false;                       // it produced no element: one end-of-split marker
+    ElementData MetaAt(int64_t index) const;  // the element's fields but its payload
+  };
   // Elements of a split produced before a consumer asked for it.
   struct UnassignedSplit {
     std::deque<Buffered> elements;
@@ -111,6 +141,24 @@ class Worker {
     int64_t num_consumers = 0;  // coordinated reads (0: off)
     bool pad_rounds = false;    // coordinated: pad a split's incomplete round (else drop it)
     bool needs_size = false;    // report the source's size in GetSplit
+    // Cross-trainer cache: one log of every element produced, read whole by every trainer
+    // (each at its own cursor); the window holds its indices [window_first, log_end). Elements
+    // below `fastest` (the furthest cursor) leave the window once it exceeds cache_bytes;
+    // `buffered_bytes` then counts the window's elements no trainer has read yet.
+    bool cross_trainer = false;
+    bool skip_behind = false;                        // on_fall_behind "skip" (else recompute)
+    std::shared_ptr<const data::Pipeline> pipeline;  // for recomputing; set before producing
+    std::map<int64_t, LogSplit> log_splits;          // by first index
+    std::deque<Buffered> window;
+    int64_t window_first = 0;
+    int64_t window_bytes = 0;
+    int64_t log_end = 0;
+    int64_t fastest = 0;
+    std::map<int64_t, std::shared_ptr<Trainer>> trainers;  // by client id
+    Counter* cache_hits = nullptr;
+    Counter* cache_misses = nullptr;
+    Counter* cache_recomputed = nullptr;
+    Counter* cache_skipped = nullptr;
     // Streams by client id, or by consumer index for coordinated jobs. Without coordination each
     // split goes whole to the first consumer that asks while its stream is empty (first come,
     // first served); until then its elements wait in `unassigned`.
@@ -147,6 +195,13 @@ class Worker {
   // Counts time a task waited on its pipeline (its metric and the worker's total).
   void AddBusy(Task* task, std::chrono::steady_clock::duration d);
   void Append(Task* task, Stream* stream, Buffered b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cross-trainer cache: appends to the task's log; moves `fastest` on (dropping what the window
+  // no longer keeps).
+  void AppendToLog(Task* task, Buffered b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceFastest(Task* task, int64_t cursor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetElements of a cross-trainer cache job: from the window, or recomputed / skipped.
+  absl::Status GetTrainerElements(std::shared_ptr<Task> task, const GetElementsRequest& req,
+                                  grpc::ByteBuffer* resp);
   // FCFS: hands `stream` the next unassigned split, if any.
   bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.

@@ -1,0 +1,181 @@
+"""Cross-trainer cache without loss (docs/protocol.md, "Cross-trainer cache"): with real processes,
+three trainers read one job, one of them at a third of the others' rate; each receives every
+element of the epoch exactly once (keys and bytes, compared with `stoker run`'s in-process order),
+and the workers ran the pipeline once per element plus the recomputes they counted."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import stoker
+from service_cluster import Cluster
+
+pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
+                                reason="built without the service")
+
+# A trainer in a process of its own: reads the whole job through distribute(), sleeping `step`
+# seconds per element (its training step), and writes each element's keys and a digest of its
+# bytes, then its counters.
+TRAINER = r"""
+import hashlib, json, os, sys, time
+import stoker
+spec, dispatcher, trainer, step, policy, out = sys.argv[1:7]
+open(out + ".ready", "w").close()  # imported: start together (a test barrier, not a delay)
+while not os.path.exists(os.path.join(os.path.dirname(out), "go")):
+    time.sleep(0.01)
+pipe = stoker.Pipeline.from_spec(json.loads(spec))
+served = pipe.distribute(dispatcher=dispatcher, job_name="trials", cross_trainer_cache=True,
+                         trainer_id=trainer, on_fall_behind=policy, prefetch_mb=1, num_epochs=1)
+it = iter(served)
+start = time.monotonic()
+with open(out, "w") as f:
+    for b in it:
+        f.write(json.dumps([list(b["__keys__"]), hashlib.sha256(b["jpg"].tobytes()).hexdigest()])
+                + "\n")
+        time.sleep(float(step))
+    f.write(json.dumps({"stats": dict(it.stats(), seconds=time.monotonic() - start)}) + "\n")
+served.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def photo_shards(tmp_path_factory, stoker_bin, make_images_bin):
+    work = tmp_path_factory.mktemp("cache-data")
+    subprocess.run([make_images_bin, str(work / "images"), "--classes", "3", "--per-class", "80",
+                    "--width", "96", "--height", "72"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([stoker_bin, "convert", str(work / "images"), str(work / "shards")], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return str(work / "shards") + "/"
+
+
+def crop_spec(url):
+    """Random crops and flips (bytes depend on seed, epoch and sample): 60 batches of 196 KB."""
+    return {
+        "seed": 3,
+        "source": {"dataset": url},
+        "ops": [
+            {"op": "shuffle", "seed": 5},
+            {"op": "decode_image", "field": "jpg"},
+            {"op": "random_resized_crop", "field": "jpg", "size": [128, 128]},
+            {"op": "flip", "field": "jpg", "p": 0.5},
+            {"op": "batch", "size": 4},
+        ],
+    }
+
+
+def add_worker(cluster, *extra):
+    """A worker as Cluster.add_worker starts it; returns its /metrics port."""
+    i = len(cluster.workers)
+    w = cluster._start([cluster.bin, "worker", "--dispatcher", cluster.address, "--http-port", "0",
+                        "--heartbeat-ms", "200", *extra],
+                       os.path.join(cluster.dir, f"worker{i}.log"))
+    line = cluster._first_line(w)  # "worker: serving on HOST:PORT, /healthz on port N, ..."
+    cluster.workers.append(w)
+    return int(re.search(r"/healthz on port (\d+)", line).group(1))
+
+
+def metric(port, name):
+    """The sum of a counter's series over every job on a worker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", text, re.M))
+
+
+def run_trainers(cluster, spec, steps, policy, tmp_path):
+    procs, outs = [], []
+    for i, step in enumerate(steps):
+        out = str(tmp_path / f"trainer{i}.jsonl")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", TRAINER, json.dumps(spec), cluster.address, f"trial-{i}",
+             str(step), policy, out], env=dict(os.environ), stderr=subprocess.PIPE))
+        outs.append(out)
+    deadline = time.monotonic() + 30
+    while not all(os.path.exists(o + ".ready") for o in outs) and time.monotonic() < deadline:
+        time.sleep(0.01)  # waiting for the trainers' imports
+    open(tmp_path / "go", "w").close()
+    results = []
+    for p, out in zip(procs, outs):
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode(errors="replace")
+        with open(out) as f:
+            lines = [json.loads(line) for line in f]
+        results.append((lines[:-1], lines[-1]["stats"]))
+    return results
+
+
+def test_three_trainers_one_slow_each_get_the_whole_epoch(photo_shards, stoker_bin, tmp_path):
+    spec = crop_spec(photo_shards)
+    local = [[list(b["__keys__"]), hashlib.sha256(b["jpg"].tobytes()).hexdigest()]
+             for b in stoker.Pipeline.from_spec(spec).iterator(epoch=0)]
+    assert len(local) == 60
+    with Cluster(stoker_bin, tmp_path / "recompute") as cluster:
+        # A window of about one element (196 KB): the slow trainer, whose prefetch and requests in
+        # flight hold a few MB, falls out of it within the first second.
+        ports = [add_worker(cluster, "--threads", "1", "--cache-bytes", "256K") for _ in range(2)]
+        assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
+        results = run_trainers(cluster, spec, [0.015, 0.015, 0.045], "recompute", tmp_path)
+        for i, (got, stats) in enumerate(results):
+            # Every element once, in the in-process order, with the same bytes.
+            assert got == local, f"trainer {i}: elements differ from the in-process epoch"
+            assert stats["cache_skipped"] == 0
+        slow = results[2][1]
+        assert slow["cache_recomputed"] > 0, f"the slow trainer never fell behind: {slow}"
+        produced = sum(metric(p, "stoker_worker_produced_elements_total") for p in ports)
+        recomputed = sum(metric(p, "stoker_worker_cache_recomputed_total") for p in ports)
+        hits = sum(metric(p, "stoker_worker_cache_hits_total") for p in ports)
+        misses = sum(metric(p, "stoker_worker_cache_misses_total") for p in ports)
+        # Produced once for all three trainers; the recomputes are counted on their own (they
+        # include the elements of a split before the first one a trainer missed).
+        assert produced == 60, produced
+        assert recomputed >= sum(s["cache_recomputed"] for _, s in results) > 0
+        assert hits == sum(s["cache_hits"] for _, s in results)
+        assert misses == sum(s["cache_recomputed"] for _, s in results)
+        assert hits + misses == 3 * 60
+
+
+def test_skip_policy_counts_what_the_slow_trainer_missed(photo_shards, stoker_bin, tmp_path):
+    spec = crop_spec(photo_shards)
+    with Cluster(stoker_bin, tmp_path / "skip") as cluster:
+        ports = [add_worker(cluster, "--threads", "1", "--cache-bytes", "256K")]
+        assert cluster.wait_for_log(r"worker 1 (joined )?at ", 20), cluster.log()
+        results = run_trainers(cluster, spec, [0.015, 0.015, 0.045], "skip", tmp_path)
+        local = {tuple(b["__keys__"]) for b in stoker.Pipeline.from_spec(spec).iterator(epoch=0)}
+        for got, stats in results:
+            keys = [tuple(k) for k, _ in got]
+            assert len(keys) == len(set(keys)) and set(keys) <= local, "an element twice or wrong"
+            # tf.data's behaviour: skipped, not recomputed, and every element accounted for.
+            assert stats["cache_recomputed"] == 0
+            assert len(got) + stats["cache_skipped"] == 60
+        assert results[2][1]["cache_skipped"] > 0, f"the slow trainer skipped nothing: {stats}"
+        assert metric(ports[0], "stoker_worker_cache_skipped_total") == sum(
+            s["cache_skipped"] for _, s in results)
+        assert metric(ports[0], "stoker_worker_produced_elements_total") == 60
+
+
+def test_cli_trainers_and_their_report(photo_shards, stoker_bin, tmp_path):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(crop_spec(photo_shards)))
+    with Cluster(stoker_bin, tmp_path / "cli") as cluster:
+        add_worker(cluster, "--threads", "1")
+        assert cluster.wait_for_log(r"worker 1 (joined )?at ", 20), cluster.log()
+        argv = [stoker_bin, "consume", str(spec_file), "--dispatcher", cluster.address,
+                "--job-name", "cli-trials", "--cross-trainer-cache", "--print-keys"]
+        procs = [subprocess.Popen(argv + ["--trainer-id", f"t{i}"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for i in range(2)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        expected = [k for b in stoker.Pipeline.from_spec(crop_spec(photo_shards)).iterator()
+                    for k in b["__keys__"]]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err.decode()
+            assert out.decode().split() == expected
+            assert re.search(r"cross-trainer cache \(trainer t\d\): \d+ elements from the workers' "
+                             r"windows, \d+ recomputed, 0 skipped", err.decode()), err.decode()
+        # Without a trainer id the consumer is refused with a message saying what to give.
+        bad = subprocess.run(argv, capture_output=True, timeout=30)
+        assert bad.returncode != 0 and b"trainer_id" in bad.stderr
