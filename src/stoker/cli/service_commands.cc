@@ -57,6 +57,9 @@ struct DispatcherCliOptions {
   std::string work_dir;
   int worker_timeout_ms = 3000;
   int client_timeout_ms = 30000;
+  int64_t max_jobs = 1000;
+  int64_t max_clients = 10000;
+  int64_t max_registered_workers = 1000;
   std::string log_format = "text";
   std::string autoscale = "off";  // off, local or kubernetes
   int min_workers = 1;
@@ -94,6 +97,9 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
         "--k8s-deployment and --k8s-namespace need --autoscale kubernetes");
   }
   options.security = o.security;
+  options.max_jobs = o.max_jobs;
+  options.max_clients = o.max_clients;
+  options.max_registered_workers = o.max_registered_workers;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
   if (o.autoscale == "local") {
@@ -129,6 +135,7 @@ struct WorkerCliOptions {
   int drain_timeout_ms = 10000;
   int unhealthy_after = 3;
   std::vector<std::string> plugin_dirs;
+  int max_clients_per_job = 1024;
   std::string log_format = "text";
   service::SecurityOptions security;
 };
@@ -171,6 +178,7 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.plugin_dirs = o.plugin_dirs;
   options.unhealthy_after_failures = o.unhealthy_after;
   options.security = o.security;
+  options.max_clients_per_job = o.max_clients_per_job;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
   // 503 with the reason once the worker is unhealthy (docs/operations.md).
@@ -659,6 +667,15 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "subresource with the pod's service account");
   d->add_option("--k8s-namespace", dispatcher_options.k8s_namespace,
                 "--autoscale kubernetes: the Deployment's namespace (default: the pod's)");
+  d->add_option("--max-jobs", dispatcher_options.max_jobs,
+                "most running jobs; creating one more is refused (default 1000; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--max-clients", dispatcher_options.max_clients,
+                "most consumers over all jobs; one more is refused (default 10000; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--max-registered-workers", dispatcher_options.max_registered_workers,
+                "most registered workers; one more is refused (default 1000; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   AddLogOptions(d, &dispatcher_options.log_format, "info");
   AddSecurityOptions(d, &dispatcher_options.security, kServes, /*worker=*/false);
   d->callback([=] { *result = RunDispatcher(dispatcher_options); });
@@ -693,6 +710,10 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
                 "after this many tasks in a row failed (e.g. the data cannot be read), the worker "
                 "is unhealthy: it takes no new task and /healthz answers 503 with the reason "
                 "(default 3; 0: never)")
+      ->check(CLI::NonNegativeNumber);
+  w->add_option("--max-clients-per-job", worker_options.max_clients_per_job,
+                "most consumers of one job this worker keeps a stream for; one more is refused "
+                "(default 1024; 0: no limit)")
       ->check(CLI::NonNegativeNumber);
   AddLogOptions(w, &worker_options.log_format, "info");
   AddSecurityOptions(w, &worker_options.security, kServes | kDials, /*worker=*/true);

@@ -201,7 +201,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   // retries; the bound doubles (1 s, 2 s, 4 s, ...), so a dispatcher that answers slowly (a busy
   // machine, a slow journal sync) is still heard before connect_timeout.
   auto attempt_timeout = std::chrono::milliseconds(1000);
-  bool timed_out = false;  // an attempt got no answer within its bound
+  bool timed_out = false;      // an attempt got no answer within its bound
   int handshake_failures = 0;  // in a row, as DiagnoseUnavailable judged them
   while (true) {
     GetOrCreateJobResponse resp;
@@ -390,6 +390,7 @@ void ServiceClient::HeartbeatLoop() {
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+               s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
                s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
@@ -576,7 +577,8 @@ void ServiceClient::FetchLoop() {
     if (!s.ok()) {
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
           s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-          s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+          s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
         // The worker refuses this consumer (removed, a job it cannot share, or this client's
         // token): no retry helps.
         if (error_.ok()) error_ = FromGrpc(s, StrCat("GetElements from worker ", f->address));

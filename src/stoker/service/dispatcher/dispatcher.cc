@@ -623,6 +623,16 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
     RETURN_IF_ERROR(Update({{"type", "register_dataset"},
                             {"fingerprint", req.fingerprint()},
                             {"spec", req.spec_json()}}));
+  if (options_.max_jobs > 0) {
+    int64_t running = 0;
+    for (const auto& [other_id, other] : state_.jobs())
+      if (other.ended.empty() && other.error.empty() && !state_.JobFinished(other)) ++running;
+    if (running >= options_.max_jobs)
+      return absl::ResourceExhaustedError(StrCat(
+          "the dispatcher runs ", running, " jobs, the most its --max-jobs (", options_.max_jobs,
+          ") allows; wait for jobs to finish or end, or restart it with a higher "
+          "--max-jobs"));
+  }
   int64_t id = state_.next_job_id();
   nlohmann::json create = {{"type", "create_job"},
                            {"job_id", id},
@@ -669,6 +679,13 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
     return absl::OkStatus();
   }
   if (id == 0 || !state_.workers().count(id)) {
+    if (options_.max_registered_workers > 0 &&
+        static_cast<int64_t>(state_.workers().size()) >= options_.max_registered_workers)
+      return absl::ResourceExhaustedError(
+          StrCat("the dispatcher has ", state_.workers().size(),
+                 " workers registered, the most its --max-registered-workers (",
+                 options_.max_registered_workers,
+                 ") allows; restart it with a higher --max-registered-workers"));
     if (id != 0) SPDLOG_WARN("dispatcher: worker {} was lost; registering it again", id);
     id = state_.next_worker_id();
     RETURN_IF_ERROR(
@@ -909,6 +926,13 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                  "(coordinated reads) or deterministic false (stoker consume "
                  "--no-deterministic, Python distribute(deterministic=False))"));
     }
+    if (options_.max_clients > 0 &&
+        static_cast<int64_t>(state_.clients().size()) >= options_.max_clients)
+      return absl::ResourceExhaustedError(
+          StrCat("the dispatcher has ", state_.clients().size(),
+                 " consumers, the most its --max-clients (", options_.max_clients,
+                 ") allows; wait for consumers to leave, or restart it with a higher "
+                 "--max-clients"));
     client_id = state_.next_client_id();
     RETURN_IF_ERROR(
         Update({{"type", "register_client"},

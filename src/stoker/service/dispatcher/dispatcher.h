@@ -54,8 +54,8 @@
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/journal.h"
-#include "stoker/service/dispatcher/autoscaler.h"
 #include "stoker/service/common/security.h"
+#include "stoker/service/dispatcher/autoscaler.h"
 #include "stoker/service/dispatcher/dispatcher_state.h"
 #include "stoker/service/dispatcher/worker_actuator.h"
 
@@ -72,6 +72,14 @@ struct DispatcherOptions {
   // interval; the recommended worker count, and the autoscaler's decisions, follow each interval.
   std::chrono::milliseconds load_interval{2000};
   AutoscalerConfig autoscaler;  // used once StartAutoscaler is called
+  // Limits on state peers create (0: none). A request that would pass one is refused with
+  // RESOURCE_EXHAUSTED naming the limit and its flag: new jobs beyond max_jobs running jobs
+  // (--max-jobs), new consumers beyond max_clients (--max-clients), new workers beyond
+  // max_registered_workers (--max-registered-workers). Ended, finished and failed jobs do not
+  // count.
+  int64_t max_jobs = 1000;
+  int64_t max_clients = 10000;
+  int64_t max_registered_workers = 1000;
   // TLS and tokens (common/security.h): client RPCs need the client token, worker RPCs the
   // worker token.
   SecurityOptions security;

@@ -129,6 +129,12 @@ void Worker::CollectMetrics(MetricsWriter& w) {
   }
   w.Write("stoker_worker_tasks", "Tasks (jobs) this worker runs now", MetricsWriter::Type::kGauge,
           {}, static_cast<double>(running));
+  int64_t streams = 0;
+  for (const auto& [id, t] : tasks_) streams += static_cast<int64_t>(t->streams.size());
+  w.Write(
+      "stoker_worker_client_streams",
+      "Consumer streams the worker keeps, over all tasks (at most --max-clients-per-job a task)",
+      MetricsWriter::Type::kGauge, {}, static_cast<double>(streams));
   w.Write("stoker_worker_healthy",
           "1 while healthy; 0 once --unhealthy-after tasks in a row failed (see /healthz)",
           MetricsWriter::Type::kGauge, {}, unhealthy_.empty() ? 1 : 0);
@@ -242,7 +248,8 @@ void Worker::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       bool changed = false;  // the reply's task list differs from the one the request named
       if (!s.ok()) {
-        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+            s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
           SPDLOG_ERROR("worker {}: dispatcher {} refused this worker: {}; retrying", address_,
                        options_.dispatcher_address, s.error_message());
         } else {
@@ -741,7 +748,27 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
               StrCat("job ", task->job_id, " has sharding off: it serves one consumer (client ",
                      owner->second, "); share a job with dynamic sharding"));
       }
-      task->streams.try_emplace(key);
+      if (options_.max_clients_per_job > 0 && !task->streams.count(key) &&
+          static_cast<int64_t>(task->streams.size()) >= options_.max_clients_per_job)
+        return absl::ResourceExhaustedError(StrCat(
+            "worker ", address_, ": job ", task->job_id, " has ", task->streams.size(),
+            " consumers here, the most its --max-clients-per-job (", options_.max_clients_per_job,
+            ") allows; restart the worker with a higher "
+            "--max-clients-per-job"));
+      ++task->streams.try_emplace(key).first->second.requests;
+      // Ends the request: a stream that holds nothing (no element, no split: e.g. an unknown or
+      // invented client id) is not kept; a later request makes the same empty stream again.
+      struct Release {
+        Task* task;
+        int64_t key;
+        ~Release() {
+          auto s = task->streams.find(key);
+          if (s == task->streams.end() || --s->second.requests > 0) return;
+          if (task->num_consumers == 0 && task->sharding == "dynamic" &&
+              s->second.next_index == 0 && s->second.splits.empty() && s->second.buffer.empty())
+            task->streams.erase(s);
+        }
+      } release{task.get(), key};
       // Looked up again after each wait: the consumer may have been removed meanwhile.
       auto find = [&]() -> Stream* {
         auto s = task->streams.find(key);

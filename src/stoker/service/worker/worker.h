@@ -61,6 +61,11 @@ struct WorkerOptions {
   // After this many tasks in a row failed, the worker is unhealthy: it reports so to the
   // dispatcher (which gives it no new task) and /healthz answers 503. 0: never.
   int unhealthy_after_failures = 3;
+  // The most consumers (client ids) a job's task keeps a stream for; GetElements from one more is
+  // refused with RESOURCE_EXHAUSTED naming --max-clients-per-job. 0: no limit. A stream that
+  // holds nothing (no element or split handed to it yet) is not kept between requests, and a
+  // removed consumer's stream is dropped, so idle or invented ids leave no state behind.
+  int max_clients_per_job = 1024;
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.
   SecurityOptions security;
@@ -101,6 +106,7 @@ class Worker {
     int64_t next_index = 0;       // given to the next element appended
     int64_t cursor = 0;           // the next index to hand out
     std::vector<int64_t> splits;  // splits handed (in part) to this consumer
+    int requests = 0;             // GetElements calls of this consumer in progress
   };
   // Cross-trainer cache: one trainer's read position on this worker's log, and the split it is
   // recomputing (it fell behind the window).
