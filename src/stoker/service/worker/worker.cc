@@ -130,7 +130,8 @@ void Worker::CollectMetrics(MetricsWriter& w) {
   w.Write("stoker_worker_tasks", "Tasks (jobs) this worker runs now", MetricsWriter::Type::kGauge,
           {}, static_cast<double>(running));
   int64_t streams = 0;
-  for (const auto& [id, t] : tasks_) streams += static_cast<int64_t>(t->streams.size());
+  for (const auto& [id, t] : tasks_)
+    streams += static_cast<int64_t>(t->streams.size() + t->trainers.size());
   w.Write(
       "stoker_worker_client_streams",
       "Consumer streams the worker keeps, over all tasks (at most --max-clients-per-job a task)",
@@ -896,6 +897,12 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
   {
     absl::MutexLock lock(&mu_);
     if (task->removed_clients.count(req.client_id())) return removed();
+    if (options_.max_clients_per_job > 0 && !task->trainers.count(req.client_id()) &&
+        static_cast<int64_t>(task->trainers.size()) >= options_.max_clients_per_job)
+      return absl::ResourceExhaustedError(StrCat(
+          "worker ", address_, ": job ", task->job_id, " has ", task->trainers.size(),
+          " trainers here, the most its --max-clients-per-job (", options_.max_clients_per_job,
+          ") allows; restart the worker with a higher --max-clients-per-job"));
     std::shared_ptr<Trainer>& slot = task->trainers[req.client_id()];
     if (!slot) {
       slot = std::make_shared<Trainer>();
