@@ -1,6 +1,7 @@
 #include "stoker/io/read/range_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace stoker::io {
@@ -55,7 +56,7 @@ CoalescedPlan CoalesceRanges(const std::vector<ByteRange>& ranges, uint64_t max_
 CoalesceLimits CoalesceLimitsFor(absl::Duration time_to_first_byte, double bytes_per_second) {
   double hole = absl::ToDoubleSeconds(time_to_first_byte) * bytes_per_second;
   if (!(hole > 0)) hole = 0;
-  auto hole_bytes = static_cast<uint64_t>(hole + 0.5);
+  auto hole_bytes = static_cast<uint64_t>(std::llround(hole));
   return {hole_bytes, 3 * hole_bytes};
 }
 

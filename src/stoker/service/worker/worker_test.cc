@@ -64,7 +64,7 @@ class WorkerStreamTest : public ::testing::Test {
     req.set_restart(restart);
     grpc::ByteBuffer reply;
     EXPECT_TRUE(worker_->GetElements(req, &reply).ok());
-    return Parse(std::move(reply));
+    return Parse(reply);
   }
 
   // Waits (bounded) until the worker has produced the whole stream.
@@ -118,7 +118,7 @@ TEST_F(WorkerStreamTest, NegativeIndexAndUnknownJob) {
   req.set_job_id(987654);  // not a task here: an empty reply after a short wait, not an error
   req.set_next_index(0);
   ASSERT_TRUE(worker_->GetElements(req, &reply).ok());
-  GetElementsResponse resp = Parse(std::move(reply));
+  GetElementsResponse resp = Parse(reply);
   EXPECT_TRUE(resp.elements().empty());
   EXPECT_EQ(resp.stream_end(), -1);
 }
