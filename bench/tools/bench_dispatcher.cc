@@ -180,6 +180,7 @@ bool RunOnce(const std::string& mode, const std::string& work_dir, int clients, 
   std::latch ready(clients);
   std::atomic<bool> go{false}, stop{false};
   std::vector<std::thread> threads;
+  threads.reserve(clients);
   for (int i = 0; i < clients; ++i) {
     threads.push_back(stoker::StartThread("bench-client", [&, i] {
       RunClient(port, job_id, wanted_samples, ack, &ready, &go, &stop, &results[i]);

@@ -65,6 +65,7 @@ TEST(Metrics, CollectorsMergeWithSeriesAndVanishWhenRemoved) {
 TEST(Metrics, ConcurrentUpdatesAreAllCounted) {
   MetricsRegistry r;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&r] {
       for (int i = 0; i < 10000; ++i) {

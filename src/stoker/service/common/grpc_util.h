@@ -28,19 +28,27 @@ inline void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds time
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-// A channel without gRPC's own reconnect back-off growing past a second, so that a restarted
-// dispatcher or worker is found again quickly. GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is, despite its
-// name, the least time gRPC gives one connection attempt (TCP and HTTP/2 handshake) before it
-// gives up on it; it stays at gRPC's 20 s: at 100 ms a busy peer (or a busy machine) that took
-// longer than the back-off to answer a handshake was never reached ("connection attempt timed out
-// before receiving SETTINGS frame", seen in the fault soak at load 20).
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+// The arguments of every channel the service opens: gRPC's own reconnect back-off never grows
+// past a second, so that a restarted dispatcher or worker is found again quickly, and messages
+// of any size. GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is, despite its name, the least time gRPC gives
+// one connection attempt (TCP and HTTP/2 handshake) before it gives up on it; it stays at
+// gRPC's 20 s: at 100 ms a busy peer (or a busy machine) that took longer than the back-off to
+// answer a handshake was never reached ("connection attempt timed out before receiving SETTINGS
+// frame", seen in the fault soak at load 20).
+inline grpc::ChannelArguments ServiceChannelArguments() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+// A plaintext channel without a token (tests; the service's own channels come from
+// Security::MakeChannel).
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   ServiceChannelArguments());
 }
 
 }  // namespace stoker::service

@@ -16,6 +16,7 @@
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/service/common/grpc_util.h"
 
 namespace stoker::service {
 namespace {
@@ -186,11 +187,7 @@ std::shared_ptr<grpc::ServerCredentials> Security::ServerCredentials() const {
 }
 
 std::shared_ptr<grpc::Channel> Security::MakeChannel(const std::string& address, Caller as) const {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetMaxReceiveMessageSize(-1);
+  grpc::ChannelArguments args = ServiceChannelArguments();
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (tls_client()) {
     grpc::SslCredentialsOptions o;
