@@ -114,12 +114,15 @@ void PhotoLike(int width, int height, std::mt19937& gen, uint8_t* rgb) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr,
+  // DIR first; a first argument that looks like a flag (--help) is not taken for a folder name.
+  if (argc < 2 || argv[1][0] == '-') {
+    const bool help =
+        argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
+    std::fprintf(help ? stdout : stderr,
                  "usage: %s DIR [--classes N] [--per-class N] [--width W] [--height H] "
                  "[--quality Q] [--style noise|photo]\n",
                  argv[0]);
-    return 2;
+    return help ? 0 : 2;
   }
   std::string dir = argv[1];
   int classes = 4, per_class = 32, width = 500, height = 375, quality = 90;
