@@ -118,11 +118,13 @@ class FormatIndexedSource : public IndexedSource {
     using State = FormatPendingRead::State;
     auto state = std::make_shared<State>();
     auto pending = std::make_unique<FormatPendingRead>(state);
+    // Called on the I/O thread. The pool task is scheduled under state->mu: Wait() cannot take
+    // this work, finish, and let the pipeline destroy `pool` before Schedule has returned (a
+    // Schedule on a destroyed pool crashed `stoker run` and workers at the end of a run). The task
+    // itself only touches `state`, and a pool runs what is queued before it is destroyed.
     auto run_decode = [state, pool](absl::AnyInvocable<void() &&> decode) {
-      {
-        absl::MutexLock lock(&state->mu);
-        state->work.push_back(std::move(decode));
-      }
+      absl::MutexLock lock(&state->mu);
+      state->work.push_back(std::move(decode));
       pool->Schedule([state] { FormatPendingRead::RunOne(state); });
     };
     ds_->ReadSamplesAsync(
