@@ -11,7 +11,7 @@ class Cluster:
     """A dispatcher and workers. Stops every process it started (kill -9 if they do not stop)."""
 
     def __init__(self, stoker_bin, workdir, client_timeout_ms=3000, worker_timeout_ms=2000,
-                 env=None):
+                 env=None, port=0):
         self.bin = stoker_bin
         self.dir = str(workdir)
         # Job and consumer events are logged at info (the default level is warn).
@@ -20,7 +20,7 @@ class Cluster:
         self.procs = []
         self.dispatcher_log = os.path.join(self.dir, "dispatcher.log")
         self.dispatcher = self._start(
-            [stoker_bin, "dispatcher", "--port", "0", "--http-port", "0", "--work-dir",
+            [stoker_bin, "dispatcher", "--port", str(port), "--http-port", "0", "--work-dir",
              os.path.join(self.dir, "journal"), "--client-timeout-ms", str(client_timeout_ms),
              "--worker-timeout-ms", str(worker_timeout_ms)], self.dispatcher_log)
         line = self._first_line(self.dispatcher)   # "dispatcher: serving on port N, ..."

@@ -154,7 +154,8 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   c->num_epochs_ = num_epochs;
   c->epochs_done_ = first_epoch;
   ASSIGN_OR_RETURN(c->security_, Security::Load(options.security));
-  c->dispatcher_ = DispatcherService::NewStub(c->security_->MakeChannel(address, Caller::kClient));
+  std::shared_ptr<grpc::Channel> channel = c->security_->MakeChannel(address, Caller::kClient);
+  c->dispatcher_ = DispatcherService::NewStub(channel);
   GetOrCreateJobRequest req;
   req.set_spec_json(spec.dump());
   req.set_fingerprint(fingerprint);
@@ -239,7 +240,11 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
           " s (is it running, and is the address right?): ", cause,
           timed_out ? "; some attempts got no answer in time (is the dispatcher overloaded?)"
                     : ""));
-    std::this_thread::sleep_for(backoff);  // retry back-off, not test synchronisation
+    // The back-off waits on the channel, not in a sleep: a client has no gRPC server whose
+    // threads would poll its sockets, so without a call or a wait in progress gRPC's reconnect
+    // attempts only advance on its 5-s backup poller, and a dispatcher that came up (or back)
+    // after the first refused attempt was missed for 10 s. Returns early once connected.
+    channel->WaitForConnected(std::chrono::system_clock::now() + backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   c->heartbeat_ = StartThread("client-hb", [p = c.get()] { p->HeartbeatLoop(); });
