@@ -10,6 +10,16 @@ include(CMakePackageConfigHelpers)
 set(STOKER_INSTALLED_LIBRARIES
     stoker_data stoker_format stoker_example_proto stoker_io stoker_io_read stoker_io_cache
     stoker_http stoker_s3_protocol stoker_io_base stoker_core)
+# The service's client (stoker/service/consumer.h) when the build has the service layer; the
+# package then says so (stoker_HAS_SERVICE, the target stoker::service) and needs gRPC.
+if(TARGET stoker_service)
+  set(STOKER_HAS_SERVICE ON)
+  list(PREPEND STOKER_INSTALLED_LIBRARIES stoker_service stoker_service_proto)
+  set(STOKER_PC_SERVICE_REQUIRES " grpc++")
+else()
+  set(STOKER_HAS_SERVICE OFF)
+  set(STOKER_PC_SERVICE_REQUIRES "")
+endif()
 foreach(lib ${STOKER_INSTALLED_LIBRARIES})
   string(REGEX REPLACE "^stoker_" "" export_name ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
@@ -30,8 +40,15 @@ add_library(stoker_all INTERFACE)
 set_target_properties(stoker_all PROPERTIES EXPORT_NAME stoker)
 target_link_libraries(stoker_all INTERFACE stoker_headers ${STOKER_INSTALLED_LIBRARIES})
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/stoker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h")
+if(STOKER_HAS_SERVICE)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/stoker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h")
+else()
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/stoker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h" PATTERN "service" EXCLUDE)
+endif()
+# The `stoker` command (dispatcher, worker, run, ...).
+install(TARGETS stoker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ${STOKER_INSTALLED_LIBRARIES} stoker_headers stoker_all EXPORT stokerTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
