@@ -1,0 +1,152 @@
+// The service client's fetch pool: which worker to ask next (in turn, within the prefetch budget,
+// and past it up to the reorder buffer while GetNext waits in order), and FetchLoop, which sends
+// GetElements requests, backs off from failing workers, refuses malformed elements and hands the
+// rest to Accept (client_delivery.cc).
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "stoker/core/logging.h"
+#include "stoker/core/strings.h"
+#include "stoker/service/client/client.h"
+#include "stoker/service/common/grpc_util.h"
+
+namespace stoker::service {
+namespace {
+using Clock = std::chrono::steady_clock;
+// Far above any split's element count (splits are ~100 ms of work), far below overflow.
+constexpr int64_t kMaxSequence = int64_t{1} << 40;
+}  // namespace
+
+ServiceClient::Fetcher* ServiceClient::NextFetcher() {
+  auto now = Clock::now();
+  auto usable = [&](const Fetcher& f) {
+    return !f.removed && !f.ended && f.in_flight < options_.requests_per_worker &&
+           f.retry_at <= now;
+  };
+  // Workers after the one asked last, then from the start: each gets its turn.
+  for (auto it = fetchers_.upper_bound(last_fetched_); it != fetchers_.end(); ++it)
+    if (usable(*it->second)) return it->second.get();
+  for (auto it = fetchers_.begin(); it != fetchers_.upper_bound(last_fetched_); ++it)
+    if (usable(*it->second)) return it->second.get();
+  return nullptr;
+}
+
+ServiceClient::Fetcher* ServiceClient::NextFetcherAtCap(int64_t* max_bytes) {
+  const auto now = Clock::now();
+  if (!cap_logged_) {
+    cap_logged_ = true;
+    SPDLOG_INFO(
+        "job {}: the reorder buffer is full ({} MiB held) while split {} is missing; finishing "
+        "the splits in progress and asking 1 MiB every 100 ms until it comes",
+        job_id_, ready_bytes_ >> 20, expected_.first);
+  }
+  auto usable = [&](const Fetcher& f) {
+    return !f.removed && !f.ended && f.in_flight < options_.requests_per_worker &&
+           f.retry_at <= now;
+  };
+  // A worker in the middle of a split sends the rest of it before anything else: at most one
+  // split a worker beyond the cap.
+  for (auto& [id, f] : fetchers_)
+    if (f->mid_split && usable(*f)) return f.get();
+  // Otherwise a small request now and then, in turn: a worker whose buffer is full of later
+  // splits leases no split, so the one re-run after its worker died would never be produced.
+  if (now - trickle_at_ < std::chrono::milliseconds(100)) return nullptr;
+  Fetcher* f = NextFetcher();
+  if (f != nullptr) {
+    trickle_at_ = now;
+    *max_bytes = std::min<int64_t>(options_.request_bytes, int64_t{1} << 20);
+  }
+  return f;
+}
+
+// A thread of the fetch pool. The worker hands each request the elements after the previous
+// one's, so requests in flight to one worker do not ask for the same elements.
+void ServiceClient::FetchLoop() {
+  while (true) {
+    Fetcher* f = nullptr;
+    GetElementsRequest req;
+    int64_t max_bytes = options_.request_bytes;
+    {
+      absl::MutexLock lock(&mu_);
+      while (true) {
+        if (stopping_) return;
+        max_bytes = options_.request_bytes;
+        // Past the budget only while GetNext waits for an element that is not here (the next in
+        // order may be behind a full budget of later ones), up to the reorder buffer's size.
+        const bool room = ready_bytes_ < options_.prefetch_bytes ||
+                          (blocked_ && (!ordered() || ready_bytes_ < options_.prefetch_bytes +
+                                                                         options_.reorder_bytes));
+        if (room && (f = NextFetcher()) != nullptr) break;
+        if (!room && blocked_ && (f = NextFetcherAtCap(&max_bytes)) != nullptr) break;
+        // Nothing to ask now (budget full, every worker busy or backing off): look again soon, or
+        // when the consumer takes an element.
+        int64_t bytes = ready_bytes_;
+        bool was_blocked = blocked_;
+        auto changed = [&] {
+          return stopping_ || ready_bytes_ < bytes || (blocked_ && !was_blocked);
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(10));
+      }
+      last_fetched_ = f->worker_id;
+      ++f->in_flight;
+      req.set_client_id(client_id_);
+      req.set_next_index(f->received_below);
+      req.set_restart(f->restart);
+      f->restart = false;
+    }
+    req.set_job_id(job_id_);
+    req.set_max_bytes(max_bytes);
+    req.set_consumer_index(options_.consumer_index);
+    req.set_trainer_id(options_.trainer_id);
+    GetElementsResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::chrono::seconds(10));
+    grpc::Status s = f->stub->GetElements(&ctx, req, &resp);
+    absl::MutexLock lock(&mu_);
+    --f->in_flight;
+    if (!s.ok()) {
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+          s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+          s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        // The worker refuses this consumer (removed, a job it cannot share, or this client's
+        // token): no retry helps.
+        if (error_.ok()) error_ = FromGrpc(s, StrCat("GetElements from worker ", f->address));
+        f->removed = true;
+        continue;
+      }
+      // The worker may be gone (the dispatcher will stop listing it and re-lease its splits), or
+      // only this response was lost: the next request sends again what was not received.
+      f->restart = true;
+      f->retry_at = Clock::now() + f->backoff;
+      f->backoff = std::min(f->backoff * 2, std::chrono::milliseconds(500));
+      continue;
+    }
+    f->backoff = std::chrono::milliseconds(20);
+    stats_.cache_hits += resp.cache_hits();
+    stats_.cache_recomputed += resp.cache_recomputed();
+    stats_.cache_skipped += resp.cache_skipped();
+    for (ElementData& d : *resp.mutable_elements()) {
+      // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
+      // the consumer gets a clear error instead.
+      const bool off = options_.sharding == "off";
+      if (d.index() < 0 || d.sequence() < 0 || d.sequence() > kMaxSequence ||
+          (off ? d.split_id() != -1 : d.split_id() < 0)) {
+        error_ = absl::DataLossError(
+            StrCat("worker ", f->address, " sent a malformed element (index ", d.index(),
+                   ", split ", d.split_id(), ", sequence ", d.sequence(), ") for job ", job_id_,
+                   "; is it running the same stoker version?"));
+        f->removed = true;
+        break;
+      }
+      if (d.split_id() >= 0) f->mid_split = !d.last();
+      if (!Accept(f, &d)) ++stats_.duplicates;
+    }
+    if (options_.sharding == "off" && resp.stream_end() >= 0 &&
+        f->received_below >= resp.stream_end())
+      f->ended = true;
+  }
+}
+
+}  // namespace stoker::service
