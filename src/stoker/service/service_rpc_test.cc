@@ -3,46 +3,17 @@
 // deadline and must end with a gRPC error or a sane reply; afterwards both keep serving: a normal
 // job still delivers every sample exactly once (and the dispatcher restarts from its journal).
 // The other direction too: a "worker" that answers clients with garbage or hostile elements must
-// not crash or hang them.
-// (Over 600 lines on purpose: every case shares this file's fixture and fake worker.)
+// not crash or hang them. The fixture is in service_rpc_test_fixture.h; limits and failure
+// reporting are tested in service_rpc_limits_test.cc.
 //
 // No LABELS: it runs in the plain and the ASan+UBSan builds.
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <functional>
-#include <limits>
-#include <map>
-#include <memory>
 #include <random>
-#include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
-#include "stoker/core/strings.h"
-#include "stoker/core/thread.h"
-#include "stoker/data/pipeline.h"
-#include "stoker/service/client/client.h"
-#include "stoker/service/common/grpc_util.h"
-#include "stoker/service/dispatcher/dispatcher.h"
-#include "stoker/service/worker/worker.h"
-#include "stoker/testing/subprocess.h"
+#include "stoker/service/service_rpc_test_fixture.h"
 
-namespace stoker::service {
+namespace stoker::service::rpc_test {
 namespace {
-
-using namespace std::chrono_literals;
-
-constexpr auto kCallDeadline = 10s;  // every RPC of this test; none should come near it
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
-constexpr int64_t kMinInt = std::numeric_limits<int64_t>::min();
 
 const char* const kMethods[] = {
     "/stoker.service.DispatcherService/GetOrCreateJob",
@@ -51,23 +22,6 @@ const char* const kMethods[] = {
     "/stoker.service.DispatcherService/ClientHeartbeat",
     "/stoker.service.WorkerService/GetElements",
 };
-
-// Runs `body` on a thread and aborts the test process if it has not returned by `limit`: a hang is
-// a failure, reported at once rather than at the CTest timeout.
-void WithinDeadline(std::chrono::seconds limit, const std::string& what,
-                    std::function<void()> body) {
-  absl::Notification done;
-  std::thread t = StartThread("rpc-test", [&] {
-    body();
-    done.Notify();
-  });
-  if (!done.WaitForNotificationWithTimeout(absl::FromChrono(limit))) {
-    std::fprintf(stderr, "service_rpc_test: %s did not finish within %lld s (hang)\n", what.c_str(),
-                 static_cast<long long>(limit.count()));
-    std::abort();
-  }
-  t.join();
-}
 
 // Hand-encoded protobuf wire format, for requests the generated classes would not produce.
 std::string Varint(uint64_t v) {
@@ -85,18 +39,6 @@ std::string LengthDelimited(int field, std::string_view bytes) {
 std::string VarintField(int field, uint64_t v) {
   return Varint(static_cast<uint64_t>(field) << 3) + Varint(v);
 }
-
-// A spec over `n` in-memory samples (keys "0" .. "n-1").
-std::string RangeSpec(int64_t n) { return StrCat(R"({"source": {"range": )", n, "}}"); }
-
-std::string Fingerprint(const std::string& spec) {
-  auto pipeline = data::Pipeline::FromString(spec);
-  return pipeline.ok() ? (*pipeline)->fingerprint() : StrCat("no-spec-", spec.size());
-}
-
-// A spec that parses but fails when it runs (decode_image of an int64 field).
-const char kFailsWhenRun[] =
-    R"({"source": {"range": 10}, "ops": [{"op": "decode_image", "field": "value"}]})";
 
 // A worker address that answers every GetElements with the bytes `reply` returns (a broken or
 // hostile worker), registered with the dispatcher by heartbeats of its own so that clients fetch
@@ -162,161 +104,6 @@ class FakeWorker {
   int64_t worker_id_ = 0;  // used by the heartbeat thread only (after the constructor's call)
   absl::Notification stop_;
   std::thread heartbeat_;
-};
-
-class ServiceRpcTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    StartDispatcher(0);
-    WorkerOptions w;
-    w.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
-    w.heartbeat_interval = 100ms;
-    w.buffer_bytes = 1 << 20;  // hostile jobs fill it and wait: bounded memory
-    w.threads = 1;
-    auto worker = Worker::Start(w);
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    worker_ = std::move(*worker);
-    worker_channel_ = MakeChannel(StrCat("127.0.0.1:", worker_->port()));
-    worker_stub_ = WorkerService::NewStub(worker_channel_);
-  }
-
-  // (Re)starts the dispatcher on `port` (0: any) over the test's work dir.
-  void StartDispatcher(int port) {
-    dispatcher_.reset();
-    DispatcherOptions d;
-    d.work_dir = work_dir_.path() + "/dispatcher";
-    d.port = port;
-    d.worker_timeout = 1000ms;  // workers registered by hostile heartbeats go away soon
-    auto dispatcher = Dispatcher::Start(d);
-    ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
-    dispatcher_ = std::move(*dispatcher);
-    dispatcher_channel_ = MakeChannel(StrCat("127.0.0.1:", dispatcher_->port()));
-    dispatcher_stub_ = DispatcherService::NewStub(dispatcher_channel_);
-  }
-
-  // One unary call with raw request bytes; the status it ended with.
-  static grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel,
-                              const std::string& method, std::string_view bytes) {
-    grpc::GenericStub stub(channel);
-    grpc::Slice slice(bytes.data(), bytes.size());
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-    done.WaitForNotification();  // bounded by the call's deadline
-    return status;
-  }
-  grpc::Status Raw(const std::string& method, std::string_view bytes) {
-    bool to_worker = method.find("WorkerService") != std::string::npos;
-    return RawCall(to_worker ? worker_channel_ : dispatcher_channel_, method, bytes);
-  }
-
-  // Typed calls, each with the deadline.
-  grpc::Status GetOrCreateJob(const GetOrCreateJobRequest& req, GetOrCreateJobResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    return dispatcher_stub_->GetOrCreateJob(&ctx, req, resp);
-  }
-  grpc::Status WorkerHeartbeat(const WorkerHeartbeatRequest& req, WorkerHeartbeatResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    return dispatcher_stub_->WorkerHeartbeat(&ctx, req, resp);
-  }
-  grpc::Status GetSplit(const GetSplitRequest& req, GetSplitResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    return dispatcher_stub_->GetSplit(&ctx, req, resp);
-  }
-  grpc::Status ClientHeartbeat(const ClientHeartbeatRequest& req, ClientHeartbeatResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    return dispatcher_stub_->ClientHeartbeat(&ctx, req, resp);
-  }
-  grpc::Status GetElements(const GetElementsRequest& req, GetElementsResponse* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, kCallDeadline);
-    return worker_stub_->GetElements(&ctx, req, resp);
-  }
-
-  // Asks for a job of `spec` under the spec's own fingerprint (a made-up one if it does not parse).
-  grpc::Status TryCreateJob(const std::string& spec, int64_t num_samples, int64_t* job_id,
-                            const std::string& name = "") {
-    GetOrCreateJobRequest req;
-    req.set_spec_json(spec);
-    req.set_fingerprint(Fingerprint(spec));
-    req.set_num_samples(num_samples);
-    req.set_job_name(name);
-    GetOrCreateJobResponse resp;
-    grpc::Status s = GetOrCreateJob(req, &resp);
-    *job_id = resp.job_id();
-    return s;
-  }
-  int64_t CreateJob(const std::string& spec, int64_t num_samples, const std::string& name = "") {
-    int64_t id = 0;
-    grpc::Status s = TryCreateJob(spec, num_samples, &id, name);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    EXPECT_GT(id, 0);
-    return id;
-  }
-
-  // The error the dispatcher reports for `job_id` once a worker failed to run it ("" if none
-  // came within the limit).
-  std::string WaitForJobError(int64_t job_id) {
-    auto limit = std::chrono::steady_clock::now() + 30s;
-    int64_t client_id = 0;  // registered by the first heartbeat
-    while (std::chrono::steady_clock::now() < limit) {
-      ClientHeartbeatRequest req;
-      req.set_job_id(job_id);
-      req.set_client_id(client_id);
-      ClientHeartbeatResponse resp;
-      grpc::Status s = ClientHeartbeat(req, &resp);
-      EXPECT_TRUE(s.ok()) << s.error_message();
-      client_id = resp.client_id();
-      if (!s.ok() || !resp.job_error().empty()) return resp.job_error();
-      absl::SleepFor(absl::Milliseconds(20));  // polling an RPC, not synchronising threads
-    }
-    return "";
-  }
-
-  // A normal job of `n` samples through the service: every key arrives exactly once.
-  void ExpectNormalJobCompletes(int64_t n) {
-    std::map<std::string, int> seen;
-    absl::Status status;
-    WithinDeadline(120s, "the normal job", [&] {
-      ServiceClientOptions o;
-      o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
-      o.dispatcher_patience = 20000ms;
-      auto client = ServiceClient::Open(o, RangeSpec(n));
-      if (!client.ok()) {
-        status = client.status();
-        return;
-      }
-      while (true) {
-        auto e = (*client)->GetNext();
-        if (!e.ok()) {
-          status = e.status();
-          return;
-        }
-        if (!e->has_value()) return;
-        for (const std::string& key : (*e)->keys) ++seen[key];
-      }
-    });
-    ASSERT_TRUE(status.ok()) << status;
-    ASSERT_EQ(seen.size(), static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[StrCat(i)], 1) << "key " << i;
-  }
-
-  testing::ScopedTempDir work_dir_{"service-rpc-test"};
-  std::unique_ptr<Dispatcher> dispatcher_;
-  std::unique_ptr<Worker> worker_;
-  std::shared_ptr<grpc::Channel> dispatcher_channel_, worker_channel_;
-  std::unique_ptr<DispatcherService::Stub> dispatcher_stub_;
-  std::unique_ptr<WorkerService::Stub> worker_stub_;
 };
 
 // Specs a worker cannot run, with the sample count a client would claim.
@@ -672,104 +459,5 @@ TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
   ExpectNormalJobCompletes(500);
 }
 
-// Sample counts the dispatcher cannot use: each is refused, or accepted and then failed by the
-// worker, and either way the journal still replays (an update that the state refuses must never
-// be journaled).
-// (Fixed in 53c2ac1.)
-TEST_F(ServiceRpcTest, HostileSampleCountsDoNotPoisonTheJournal) {
-  for (const auto& [sharding, num_samples] :
-       std::vector<std::pair<std::string, int64_t>>{{"dynamic", kMaxInt},
-                                                    {"dynamic", int64_t{1} << 62},
-                                                    {"off", -1},
-                                                    {"off", kMinInt},
-                                                    {"off", kMaxInt}}) {
-    GetOrCreateJobRequest req;
-    req.set_spec_json(RangeSpec(10));
-    req.set_fingerprint(Fingerprint(RangeSpec(10)));
-    req.set_sharding(sharding);
-    req.set_num_samples(num_samples);
-    GetOrCreateJobResponse resp;
-    grpc::Status s = GetOrCreateJob(req, &resp);
-    if (s.ok() && sharding == "dynamic") {
-      // The spec has 10 samples: splits past them are an error at the worker.
-      EXPECT_NE(WaitForJobError(resp.job_id()), "") << num_samples;
-    } else if (!s.ok()) {
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    }
-  }
-  StartDispatcher(dispatcher_->port());
-  ExpectNormalJobCompletes(100);
-}
-
-// A request whose fingerprint is not its spec's must not register the spec under another spec's
-// fingerprint (every later job of that other spec would run the wrong pipeline). (Fixed
-// in 53c2ac1.)
-TEST_F(ServiceRpcTest, AMismatchedFingerprintDoesNotHijackASpec) {
-  auto honest = data::Pipeline::FromString(RangeSpec(200));
-  ASSERT_TRUE(honest.ok()) << honest.status();
-  GetOrCreateJobRequest req;
-  req.set_spec_json(RangeSpec(5));
-  req.set_fingerprint((*honest)->fingerprint());
-  req.set_num_samples(5);
-  GetOrCreateJobResponse resp;
-  grpc::Status s = GetOrCreateJob(req, &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "a wrong fingerprint is refused";
-  EXPECT_NE(s.error_message().find("fingerprint"), std::string::npos) << s.error_message();
-  ExpectNormalJobCompletes(200);
-}
-
-// Several tasks failing between two worker heartbeats: every job gets its error (the worker once
-// reported only the last; the others' consumers waited forever; fixed in
-// 53c2ac1.)
-TEST_F(ServiceRpcTest, FailuresOfSeveralJobsAreAllReported) {
-  std::vector<int64_t> jobs;
-  for (int i = 0; i < 4; ++i) jobs.push_back(CreateJob(kFailsWhenRun, 10));
-  for (int64_t job : jobs) EXPECT_NE(WaitForJobError(job), "") << "job " << job;
-}
-
 }  // namespace
-}  // namespace stoker::service
-
-namespace stoker::service {
-namespace {
-
-int ThreadsInThisProcess() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return -1;
-}
-
-// Anyone can register workers: a client's fetch threads are a bounded pool,
-// not a few per listed worker, and a job still completes with hundreds of unreachable ones.
-TEST_F(ServiceRpcTest, ManyRegisteredWorkersDoNotMultiplyClientThreads) {
-  for (int i = 0; i < 300; ++i) {
-    WorkerHeartbeatRequest req;
-    req.set_address(StrCat("127.0.0.1:", 1 + i % 3));  // nothing listens there
-    WorkerHeartbeatResponse resp;
-    ASSERT_TRUE(WorkerHeartbeat(req, &resp).ok());
-  }
-  const int before = ThreadsInThisProcess();
-  ServiceClientOptions o;
-  o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
-  auto client = ServiceClient::Open(o, RangeSpec(200));
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::map<std::string, int> seen;
-  int most = 0;
-  WithinDeadline(60s, "a job with 300 unreachable workers listed", [&] {
-    while (true) {
-      auto e = (*client)->GetNext();
-      ASSERT_TRUE(e.ok()) << e.status();
-      most = std::max(most, ThreadsInThisProcess());
-      if (!e->has_value()) return;
-      for (const std::string& key : (*e)->keys) ++seen[key];
-    }
-  });
-  EXPECT_EQ(seen.size(), 200u);
-  // The heartbeat thread, the fetch pool and a few of gRPC's own; not 2 x 300.
-  EXPECT_LE(most - before, kMaxFetchThreads + 16) << "threads before " << before;
-}
-
-}  // namespace
-}  // namespace stoker::service
+}  // namespace stoker::service::rpc_test
