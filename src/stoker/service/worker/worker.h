@@ -186,6 +186,9 @@ class Worker {
     std::thread thread;
   };
 
+  // The deadline of an RPC to the dispatcher (a heartbeat's adds the heartbeat interval).
+  static constexpr std::chrono::seconds kRpcTimeout{5};
+
   explicit Worker(const WorkerOptions& options);
   void HeartbeatLoop();
   void RunTask(Task* task);
@@ -208,6 +211,14 @@ class Worker {
   // GetElements of a cross-trainer cache job: from the window, or recomputed / skipped.
   absl::Status GetTrainerElements(std::shared_ptr<Task> task, const GetElementsRequest& req,
                                   grpc::ByteBuffer* resp);
+  // The end of every GetElements: counts what the reply sends (stoker_worker_sent_elements_total
+  // and stoker_worker_sent_bytes_total of the request's job and client; end-of-split markers and
+  // skipped places are not elements) and serializes it (elements_response.h): `out` in order,
+  // the fields set in `fields` (null: none), and the end of the stream.
+  static grpc::ByteBuffer FinishResponse(const GetElementsRequest& req,
+                                         const std::vector<Buffered>& out,
+                                         const GetElementsResponse* fields, bool end_of_stream,
+                                         int64_t stream_end);
   // FCFS: hands `stream` the next unassigned split, if any.
   bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.
