@@ -1,7 +1,9 @@
 """Cross-trainer cache without loss (docs/protocol.md, "Cross-trainer cache"): with real processes,
 three trainers read one job, one of them at a third of the others' rate; each receives every
 element of the epoch exactly once (keys and bytes, compared with `stoker run`'s in-process order),
-and the workers ran the pipeline once per element plus the recomputes they counted."""
+and the workers ran the pipeline once per element plus the recomputes they counted. The same holds
+when a worker or the dispatcher is killed (`kill -9`) mid-epoch, and for a trainer that joins after
+the others have read part of the epoch."""
 import hashlib
 import json
 import os
@@ -38,6 +40,7 @@ with open(out, "w") as f:
     for b in it:
         f.write(json.dumps([list(b["__keys__"]), hashlib.sha256(b["jpg"].tobytes()).hexdigest()])
                 + "\n")
+        f.flush()  # the test watches the progress from outside
         time.sleep(float(step))
     f.write(json.dumps({"stats": dict(it.stats(), seconds=time.monotonic() - start)}) + "\n")
 served.close()
@@ -87,10 +90,12 @@ def metric(port, name):
     return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", text, re.M))
 
 
-def run_trainers(cluster, spec, steps, policy, tmp_path):
+def start_trainers(cluster, spec, steps, policy, folder, first=0):
+    """Trainer processes `trial-{first}`, ... (one per step), imported and waiting for `folder/go`."""
+    os.makedirs(folder, exist_ok=True)
     procs, outs = [], []
-    for i, step in enumerate(steps):
-        out = str(tmp_path / f"trainer{i}.jsonl")
+    for i, step in enumerate(steps, start=first):
+        out = os.path.join(folder, f"trainer{i}.jsonl")
         procs.append(subprocess.Popen(
             [sys.executable, "-c", TRAINER, json.dumps(spec), cluster.address, f"trial-{i}",
              str(step), policy, out], env=dict(os.environ), stderr=subprocess.PIPE))
@@ -98,21 +103,64 @@ def run_trainers(cluster, spec, steps, policy, tmp_path):
     deadline = time.monotonic() + 30
     while not all(os.path.exists(o + ".ready") for o in outs) and time.monotonic() < deadline:
         time.sleep(0.01)  # waiting for the trainers' imports
-    open(tmp_path / "go", "w").close()
+    return procs, outs
+
+
+def go(folder):
+    open(os.path.join(folder, "go"), "w").close()
+
+
+def read_so_far(out):
+    """How many elements a trainer has written (it flushes each one)."""
+    try:
+        with open(out) as f:
+            return sum(1 for line in f if line.startswith("[["))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_until_read(out, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    while read_so_far(out) < n:
+        assert time.monotonic() < deadline, f"{out}: {read_so_far(out)} elements after {timeout} s"
+        time.sleep(0.01)  # polling a trainer's output
+
+
+def finish_trainers(procs, outs, timeout=60):
+    """Each trainer's elements and counters; every trainer must exit 0."""
     results = []
     for p, out in zip(procs, outs):
-        _, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err.decode(errors="replace")
+        _, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, f"{out}: rc {p.returncode}: " + err.decode(errors="replace")
         with open(out) as f:
             lines = [json.loads(line) for line in f]
         results.append((lines[:-1], lines[-1]["stats"]))
     return results
 
 
+def run_trainers(cluster, spec, steps, policy, tmp_path):
+    procs, outs = start_trainers(cluster, spec, steps, policy, str(tmp_path))
+    go(str(tmp_path))
+    return finish_trainers(procs, outs)
+
+
+def local_epoch(spec):
+    """The in-process epoch 0: each element's keys and a digest of its bytes, in order."""
+    return [[list(b["__keys__"]), hashlib.sha256(b["jpg"].tobytes()).hexdigest()]
+            for b in stoker.Pipeline.from_spec(spec).iterator(epoch=0)]
+
+
+def assert_whole_epoch(got, local, who):
+    keys = [tuple(k) for k, _ in got]
+    assert len(keys) == len(set(keys)), f"{who}: {len(keys) - len(set(keys))} elements twice"
+    missing = {tuple(k) for k, _ in local} - set(keys)
+    assert not missing, f"{who}: {len(missing)} of {len(local)} elements never delivered"
+    assert got == local, f"{who}: elements differ from the in-process epoch (order or bytes)"
+
+
 def test_three_trainers_one_slow_each_get_the_whole_epoch(photo_shards, stoker_bin, tmp_path):
     spec = crop_spec(photo_shards)
-    local = [[list(b["__keys__"]), hashlib.sha256(b["jpg"].tobytes()).hexdigest()]
-             for b in stoker.Pipeline.from_spec(spec).iterator(epoch=0)]
+    local = local_epoch(spec)
     assert len(local) == 60
     with Cluster(stoker_bin, tmp_path / "recompute") as cluster:
         # A window of about one element (196 KB): the slow trainer, whose prefetch and requests in
@@ -179,3 +227,77 @@ def test_cli_trainers_and_their_report(photo_shards, stoker_bin, tmp_path):
         # Without a trainer id the consumer is refused with a message saying what to give.
         bad = subprocess.run(argv, capture_output=True, timeout=30)
         assert bad.returncode != 0 and b"trainer_id" in bad.stderr
+
+
+def test_a_worker_killed_mid_epoch_loses_nothing_for_any_trainer(photo_shards, stoker_bin,
+                                                                   tmp_path):
+    spec = crop_spec(photo_shards)
+    local = local_epoch(spec)
+    with Cluster(stoker_bin, tmp_path / "cluster", worker_timeout_ms=1000) as cluster:
+        for _ in range(2):
+            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+        assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
+        folder = str(tmp_path / "trainers")
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
+        go(folder)
+        wait_until_read(outs[0], 15)
+        cluster.workers[0].kill()  # kill -9, mid-epoch, while the trainers read
+        cluster.workers[0].wait()
+        for i, (got, stats) in enumerate(finish_trainers(procs, outs)):
+            assert_whole_epoch(got, local, f"trainer {i}")
+            assert stats["cache_skipped"] == 0
+        # The killed worker held a split the trainers had not all read: it was run again.
+        assert re.search(r"worker 1 .* missed its heartbeats", cluster.log()), cluster.log()
+        assert re.search(r"job 1 split \d+ .* leased again, to worker 2", cluster.log()), cluster.log()
+
+
+def test_a_trainer_that_joins_late_reads_the_whole_epoch(photo_shards, stoker_bin, tmp_path):
+    spec = crop_spec(photo_shards)
+    local = local_epoch(spec)
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+        assert cluster.wait_for_log(r"worker 1 (joined )?at ", 20), cluster.log()
+        early, late = str(tmp_path / "early"), str(tmp_path / "late")
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03], "recompute", early)
+        late_procs, late_outs = start_trainers(cluster, spec, [0.0], "recompute", late, first=2)
+        go(early)
+        wait_until_read(outs[0], 20)
+        go(late)  # joins after the others have read a third of the epoch
+        results = finish_trainers(procs + late_procs, outs + late_outs)
+        assert read_so_far(outs[0]) == len(local)
+        for i, (got, stats) in enumerate(results):
+            assert_whole_epoch(got, local, f"trainer {i}")
+            assert stats["cache_skipped"] == 0
+        assert results[2][1]["cache_recomputed"] > 0, f"the late trainer: {results[2][1]}"
+
+
+def restart_dispatcher(cluster):
+    """kill -9 the dispatcher, then start it again on its port with its journal."""
+    argv = list(cluster.dispatcher.args)
+    argv[argv.index("--port") + 1] = str(cluster.port)
+    cluster.dispatcher.kill()
+    cluster.dispatcher.wait()
+    cluster.dispatcher = cluster._start(argv, cluster.dispatcher_log)
+    cluster._first_line(cluster.dispatcher)  # "dispatcher: serving on port N, ..."
+
+
+def test_the_dispatcher_killed_and_restarted_mid_epoch_loses_nothing(photo_shards, stoker_bin,
+                                                                      tmp_path):
+    spec = crop_spec(photo_shards)
+    local = local_epoch(spec)
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        for _ in range(2):
+            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+        assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
+        folder = str(tmp_path / "trainers")
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
+        go(folder)
+        wait_until_read(outs[0], 15)
+        restart_dispatcher(cluster)
+        for i, (got, stats) in enumerate(finish_trainers(procs, outs)):
+            assert_whole_epoch(got, local, f"trainer {i}")
+            assert stats["cache_skipped"] == 0
+        # The restarted dispatcher replayed the job from its journal and saw it to its end.
+        log = cluster.log()
+        replayed = re.search(r"replayed \d+ updates", log)
+        assert replayed and re.search(r"job 1 finished", log[replayed.end():]), log
