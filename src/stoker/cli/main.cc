@@ -3,6 +3,7 @@
 // any other failure ("stoker: <message>").
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "stoker/cli/commands.h"
@@ -35,9 +36,14 @@ const CLI::App* SelectedCommand(const CLI::App& app) {
 }
 
 std::string CommandPath(const CLI::App* app) {
-  std::string path = app->get_name();
-  for (const CLI::App* p = app->get_parent(); p != nullptr; p = p->get_parent()) {
-    path = p->get_name() + (path.empty() ? "" : " " + path);
+  // Names from the innermost command outwards, joined the other way round.
+  std::vector<std::string> names;
+  for (const CLI::App* a = app; a != nullptr; a = a->get_parent())
+    if (!a->get_name().empty()) names.push_back(a->get_name());
+  std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!path.empty()) path += ' ';
+    path += *it;
   }
   return path;
 }

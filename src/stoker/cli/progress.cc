@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/time/clock.h"
@@ -34,7 +35,7 @@ std::string HumanBytes(double bytes) {
 
 std::string HumanDuration(double seconds) {
   if (seconds < 0 || seconds > 1e7) return "?";
-  int s = static_cast<int>(seconds + 0.5);
+  int s = static_cast<int>(std::lround(seconds));
   char out[32];
   if (s >= 3600) {
     std::snprintf(out, sizeof(out), "%dh%02dm", s / 3600, s / 60 % 60);

@@ -14,8 +14,8 @@ namespace stoker::io {
 class HttpStore : public ObjectStore {
  public:
   // `base`: "http://host:port" or "https://host" (no trailing slash).
-  HttpStore(std::string base, HttpTransport* transport = &HttpTransport::Default(),
-            RetryPolicy retry = {});
+  explicit HttpStore(std::string base, HttpTransport* transport = &HttpTransport::Default(),
+                     RetryPolicy retry = {});
 
   std::string Url(std::string_view key) const override;
   void StatAsync(std::string key, StatCallback done) override;

@@ -213,6 +213,7 @@ TEST(RangedReaderTest, ConcurrentCallersGetTheirOwnBytes) {
   RangedReader reader(f.store, {.part_size = 64 << 10, .max_hole = 4096});
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.push_back(StartThread("reader", [&, t] {
       for (int i = 0; i < 20; ++i) {

@@ -81,6 +81,7 @@ TEST(HealthServer, IdleConnectionsDoNotHoldUpOthers) {
   auto server = HealthServer::Start(0);
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<int> idle;
+  idle.reserve(8);
   for (int i = 0; i < 8; ++i) idle.push_back(Connect((*server)->port()));
   std::string ok = Ask((*server)->port(), "GET /healthz HTTP/1.1\r\n\r\n", /*timeout_s=*/3);
   EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK", 0), 0u) << ok;
