@@ -22,6 +22,7 @@ using testing::RunAll;
 
 std::vector<std::string> RangeKeys(int n) {
   std::vector<std::string> keys;
+  keys.reserve(n);
   for (int i = 0; i < n; ++i) keys.push_back(std::to_string(i));
   return keys;
 }

@@ -349,6 +349,7 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
     }
     if (tars == files.size() || tfrecords == files.size()) {
       std::vector<std::string> urls;
+      urls.reserve(files.size());
       for (const FileRef& f : files) urls.push_back(source.store->Url(f.key));
       summary = ConvertStreams(tars == files.size() ? SourceKind::kTar : SourceKind::kTfRecord,
                                std::move(urls), total, out, options);

@@ -137,6 +137,7 @@ TEST_F(MountFsTest, ReadAheadStaysWithinTheGlobalBudget) {
   MountFs fs(store_, "data", small_cache);
   bool keep;
   std::vector<std::unique_ptr<MountFs::File>> files;
+  files.reserve(20);
   for (int i = 0; i < 20; ++i) files.push_back(*fs.Open("/big.bin", &keep));
   std::vector<char> buf(128 << 10);
   const std::string expected = Pattern(5 << 20, 1);

@@ -68,6 +68,7 @@ TEST_F(ServiceRpcTest, AMismatchedFingerprintDoesNotHijackASpec) {
 // 53c2ac1.)
 TEST_F(ServiceRpcTest, FailuresOfSeveralJobsAreAllReported) {
   std::vector<int64_t> jobs;
+  jobs.reserve(4);
   for (int i = 0; i < 4; ++i) jobs.push_back(CreateJob(kFailsWhenRun, 10));
   for (int64_t job : jobs) EXPECT_NE(WaitForJobError(job), "") << "job " << job;
 }

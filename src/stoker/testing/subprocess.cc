@@ -36,6 +36,7 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
 
   // Everything the child needs is built before spawning.
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
 
@@ -51,6 +52,7 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
     if (!overridden.contains(name)) env_strings.emplace_back(entry);
   }
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
 

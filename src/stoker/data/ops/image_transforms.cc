@@ -552,6 +552,7 @@ absl::StatusOr<std::unique_ptr<Transform>> MakeImageChain(
     first = std::make_unique<DecodeImageOp>(decode);
   }
   std::vector<std::pair<Flip, uint64_t>> flip_ops;
+  flip_ops.reserve(flips.size());
   for (const auto& [params, seed] : flips) flip_ops.emplace_back(Flip(*params), seed);
   std::optional<Normalize> norm;
   if (normalize != nullptr) norm.emplace(*normalize);

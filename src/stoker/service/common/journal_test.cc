@@ -32,6 +32,7 @@ TEST(Journal, GroupCommitFromManyThreads) {
   absl::Mutex write_mu;  // the owner serialises Write
   constexpr int kThreads = 8, kEach = 50;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kEach; ++i) {

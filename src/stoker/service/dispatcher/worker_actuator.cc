@@ -93,6 +93,7 @@ absl::Status LocalWorkerActuator::StartOne() {
                                    options_.dispatcher_address};
   args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
