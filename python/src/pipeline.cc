@@ -119,7 +119,8 @@ void BindPipeline(py::module_& m) {
       .def("restore", &Iterator::Restore, py::arg("token"))
       .def_property_readonly("epoch", &Iterator::epoch)
       .def("stats", &Iterator::Stats, "per-stage counters: stage, cpu_seconds, elements, bytes");
-  py::class_<ShardedIterator, Iterator>(m, "ShardedIterator");
+  // Registered only so that Python knows its type; its methods are Iterator's.
+  py::class_<ShardedIterator, Iterator> sharded_iterator(m, "ShardedIterator");
 
   py::class_<data::Pipeline, std::shared_ptr<data::Pipeline>>(m, "Pipeline")
       .def_static(

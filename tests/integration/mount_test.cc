@@ -111,6 +111,7 @@ class MountTest : public testing::S3ServerTest {
     std::atomic<int> failures{0};
     std::string first_error;
     std::vector<std::thread> threads;
+    threads.reserve(16);
     for (int t = 0; t < 16; ++t) {
       threads.push_back(StartThread("upload", [&] {
         for (size_t i; (i = next.fetch_add(1)) < objects.size();) {

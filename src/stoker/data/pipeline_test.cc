@@ -237,6 +237,7 @@ TEST(Resume, InANewProcessYieldsExactlyTheRest) {
   std::vector<std::string> env_strings = {token_env, spec_env, out_env};
   for (char** e = environ; *e; ++e) env_strings.push_back(*e);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string self = std::filesystem::read_symlink("/proc/self/exe");

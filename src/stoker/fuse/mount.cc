@@ -75,10 +75,16 @@ void* Init(fuse_conn_info* conn, fuse_config* cfg) {
   return ctx;
 }
 
+// The file a FUSE open handed back: FUSE keeps each open file's handle as a uint64_t (`fh`),
+// which OpenOp set to the MountFs::File it owns until ReleaseOp.
+MountFs::File* OpenFile(const fuse_file_info* fi) {
+  return reinterpret_cast<MountFs::File*>(fi->fh);  // NOLINT(performance-no-int-to-ptr)
+}
+
 int GetAttrOp(const char* path, struct stat* st, fuse_file_info* fi) {
   MountFs& fs = *Ctx()->fs;
   if (fi != nullptr && fi->fh != 0) {
-    FillStat(reinterpret_cast<MountFs::File*>(fi->fh)->attr(), st);
+    FillStat(OpenFile(fi)->attr(), st);
     return 0;
   }
   auto attr = fs.GetAttr(path);
@@ -121,14 +127,14 @@ int OpenOp(const char* path, fuse_file_info* fi) {
 
 int ReadOp(const char* path, char* out, size_t size, off_t offset, fuse_file_info* fi) {
   MountFs& fs = *Ctx()->fs;
-  auto* file = reinterpret_cast<MountFs::File*>(fi->fh);
+  auto* file = OpenFile(fi);
   auto n = fs.Read(*file, out, size, static_cast<uint64_t>(offset));
   if (!n.ok()) return -fs.ErrnoFor(n.status(), path != nullptr ? path : "(open file)");
   return static_cast<int>(*n);
 }
 
 int ReleaseOp(const char*, fuse_file_info* fi) {
-  delete reinterpret_cast<MountFs::File*>(fi->fh);
+  delete OpenFile(fi);
   fi->fh = 0;
   return 0;
 }

@@ -210,6 +210,7 @@ TEST_F(LocalStoreTest, ConcurrentBatchesFromManyThreads) {
   ASSERT_TRUE(store_.Put(prefix_ + "z", Buffer::Copy(bytes)).ok());
   LocalStore store(Engine(LocalStoreOptions::Engine::kUring, false));
   std::vector<std::thread> threads;
+  threads.reserve(8);
   std::atomic<int> mismatches{0};
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {

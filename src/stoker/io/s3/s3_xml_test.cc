@@ -7,7 +7,6 @@ namespace stoker::io::s3 {
 namespace {
 
 using testing::HasSubstr;
-using testing::Not;
 
 constexpr char kListPage[] = R"(<?xml version="1.0" encoding="UTF-8"?>
 <ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">

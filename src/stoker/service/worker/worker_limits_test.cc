@@ -94,6 +94,7 @@ Outcome InventedClients(int max_clients) {
   // 20 threads of 50 ids each (a request that finds nothing waits up to 50 ms for elements).
   std::mutex mu;
   std::vector<std::thread> threads;
+  threads.reserve(20);
   for (int t = 0; t < 20; ++t) {
     threads.emplace_back([&, t] {
       for (int64_t id = 1000 + t * 50; id < 1000 + (t + 1) * 50; ++id) {
