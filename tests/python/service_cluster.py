@@ -50,6 +50,15 @@ class Cluster:
         self.workers.append(w)
         return w
 
+    def restart_dispatcher(self):
+        """kill -9 the dispatcher, then start it again on its port with its journal."""
+        argv = list(self.dispatcher.args)
+        argv[argv.index("--port") + 1] = str(self.port)
+        self.dispatcher.kill()
+        self.dispatcher.wait()
+        self.dispatcher = self._start(argv, self.dispatcher_log)
+        self._first_line(self.dispatcher)          # "dispatcher: serving on port N, ..."
+
     def log(self):
         with open(self.dispatcher_log, errors="replace") as f:
             return f.read()

@@ -271,16 +271,6 @@ def test_a_trainer_that_joins_late_reads_the_whole_epoch(photo_shards, stoker_bi
         assert results[2][1]["cache_recomputed"] > 0, f"the late trainer: {results[2][1]}"
 
 
-def restart_dispatcher(cluster):
-    """kill -9 the dispatcher, then start it again on its port with its journal."""
-    argv = list(cluster.dispatcher.args)
-    argv[argv.index("--port") + 1] = str(cluster.port)
-    cluster.dispatcher.kill()
-    cluster.dispatcher.wait()
-    cluster.dispatcher = cluster._start(argv, cluster.dispatcher_log)
-    cluster._first_line(cluster.dispatcher)  # "dispatcher: serving on port N, ..."
-
-
 def test_the_dispatcher_killed_and_restarted_mid_epoch_loses_nothing(photo_shards, stoker_bin,
                                                                       tmp_path):
     spec = crop_spec(photo_shards)
@@ -293,7 +283,7 @@ def test_the_dispatcher_killed_and_restarted_mid_epoch_loses_nothing(photo_shard
         procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
         go(folder)
         wait_until_read(outs[0], 15)
-        restart_dispatcher(cluster)
+        cluster.restart_dispatcher()
         for i, (got, stats) in enumerate(finish_trainers(procs, outs)):
             assert_whole_epoch(got, local, f"trainer {i}")
             assert stats["cache_skipped"] == 0
