@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
@@ -119,10 +120,12 @@ Speaks Probe(const std::string& address) {
     p = pollfd{fd, POLLIN, 0};
     if (left <= 0 || ::poll(&p, 1, left) != 1) break;
     ssize_t n = ::recv(fd, head + got, sizeof(head) - got, 0);
-    if (n <= 0) {
-      // Closed or reset without an HTTP/2 frame: a TLS server dropping a plaintext hello.
+    if (n == 0) {
+      // Closed without an HTTP/2 frame: a TLS server dropping a plaintext hello (gRPC's TLS
+      // server closes in order; a reset says nothing about the protocol).
       return got == 0 ? Speaks::kTls : Speaks::kUnknown;
     }
+    if (n < 0) return Speaks::kUnknown;
     got += static_cast<size_t>(n);
   }
   if (got >= 4 && head[3] == 0x04) return Speaks::kPlaintextGrpc;             // a SETTINGS frame
@@ -247,7 +250,15 @@ std::string DiagnoseUnavailable(const std::string& address, const Security& secu
                                 const grpc::Status& status, bool* certain) {
   if (certain != nullptr) *certain = true;
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  // A mismatch is reported only when a second probe, a moment later, agrees: a server killed
+  // while it held the first probe's connection closes it without a byte, just as a TLS server
+  // drops a plaintext hello, and a dispatcher restarted on its port must not be reported as a
+  // TLS server (found by the fault soak).
   Speaks speaks = Probe(address);
+  if (speaks != Speaks::kUnknown) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (Probe(address) != speaks) speaks = Speaks::kUnknown;
+  }
   if (!security.tls_client() && speaks == Speaks::kTls)
     return StrCat("the server at ", address,
                   " serves TLS and this side dials plaintext: pass --tls-ca (or set "

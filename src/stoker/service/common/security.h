@@ -86,8 +86,9 @@ class Security {
 // Why an RPC to `address` failed with UNAVAILABLE when the cause is a configuration mismatch
 // this side can name: a plaintext channel to a TLS server, a TLS channel to a plaintext server,
 // or a TLS handshake the server refused (wrong CA, missing client certificate). Probes the
-// address with one short TCP connection (at most ~1 s). Empty when no mismatch is found (e.g.
-// nothing listens there: the caller's own message says so). *certain (if given) is set to false
+// address with a short TCP connection, and with a second one 0.3 s later to confirm a mismatch
+// (at most ~2.5 s in all). Empty when no mismatch is found (e.g. nothing listens there: the
+// caller's own message says so). *certain (if given) is set to false
 // for a failed handshake, which could also be a connection cut short: retry before reporting it.
 std::string DiagnoseUnavailable(const std::string& address, const Security& security,
                                 const grpc::Status& status, bool* certain = nullptr);

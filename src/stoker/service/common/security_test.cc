@@ -7,8 +7,12 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "stoker/core/strings.h"
@@ -29,6 +33,60 @@ TEST(Security, ConstantTimeEquals) {
   EXPECT_FALSE(ConstantTimeEquals("token", "token2"));
   EXPECT_FALSE(ConstantTimeEquals("token", ""));
   EXPECT_FALSE(ConstantTimeEquals(std::string_view("a\0", 2), "a"));
+}
+
+// A server on 127.0.0.1 that reads the first bytes of each of its first `connections`
+// connections and closes them without answering (as gRPC's TLS server drops a plaintext hello),
+// then stops listening (as a server killed with its connection does).
+class ClosingServer {
+ public:
+  explicit ClosingServer(int connections) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(::listen(fd_, 4), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    address_ = StrCat("127.0.0.1:", ntohs(addr.sin_port));
+    thread_ = std::thread([this, connections] {
+      for (int i = 0; i < connections; ++i) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) break;
+        char buf[64];
+        (void)::recv(c, buf, sizeof(buf), 0);
+        ::close(c);
+      }
+      ::close(fd_);
+    });
+  }
+  ~ClosingServer() { thread_.join(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+  std::thread thread_;
+};
+
+TEST(Security, APlaintextClientToAServerThatDropsItsHelloIsToldToUseTls) {
+  ClosingServer server(2);
+  std::string why = DiagnoseUnavailable(server.address(), *Security::None(),
+                                        grpc::Status(grpc::StatusCode::UNAVAILABLE, "closed"));
+  EXPECT_NE(why.find("serves TLS and this side dials plaintext"), std::string::npos) << why;
+}
+
+// A dispatcher killed (or restarted) while it held the probe's connection closes it just as a
+// TLS server would; that is no mismatch, and a consumer told so would give up on a dispatcher
+// that is back a second later.
+TEST(Security, AServerThatDiesHoldingTheProbeIsNotCalledATlsServer) {
+  ClosingServer server(1);
+  bool certain = false;
+  std::string why =
+      DiagnoseUnavailable(server.address(), *Security::None(),
+                          grpc::Status(grpc::StatusCode::UNAVAILABLE, "closed"), &certain);
+  EXPECT_EQ(why, "");
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
