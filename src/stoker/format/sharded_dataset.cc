@@ -255,10 +255,34 @@ void ShardedDataset::ReadSamplesAsync(
       return;
     }
   }
-  // Positions in `indices` grouped by shard.
+  // Positions in `indices` grouped by shard, each group in file order.
   std::map<uint32_t, std::vector<size_t>> by_shard;
   for (size_t pos = 0; pos < indices.size(); ++pos) {
     by_shard[directory_.location(indices[pos]).shard].push_back(pos);
+  }
+  // Each shard's group is read as one or more chunks: a chunk of at least kMinChunk samples ends
+  // at a gap the reader would not coalesce anyway (wider than max_hole), so the requests are the
+  // same as for one call, but each chunk is decoded (CRC, decompression) as soon as its reads
+  // land, on whichever thread completes them, while later chunks are still being read.
+  constexpr size_t kMinChunk = 8;
+  const uint64_t max_hole = reader_->options().max_hole;
+  std::vector<std::pair<uint32_t, std::vector<size_t>>> chunks;
+  for (auto& [shard, positions] : by_shard) {
+    std::sort(positions.begin(), positions.end(), [&](size_t a, size_t b) {
+      return directory_.location(indices[a]).offset < directory_.location(indices[b]).offset;
+    });
+    std::vector<size_t> chunk;
+    uint64_t chunk_end = 0;
+    for (size_t pos : positions) {
+      SampleLocation loc = directory_.location(indices[pos]);
+      if (chunk.size() >= kMinChunk && loc.offset > chunk_end + max_hole) {
+        chunks.emplace_back(shard, std::move(chunk));
+        chunk.clear();
+      }
+      chunk.push_back(pos);
+      chunk_end = std::max(chunk_end, loc.offset + loc.length);
+    }
+    chunks.emplace_back(shard, std::move(chunk));
   }
   struct Batch {
     absl::Mutex mu;
@@ -272,15 +296,15 @@ void ShardedDataset::ReadSamplesAsync(
   batch->indices = std::move(indices);
   batch->samples.resize(batch->indices.size());
   batch->done = std::move(done);
-  if (by_shard.empty()) {
+  if (chunks.empty()) {
     std::move(batch->done)(std::vector<Sample>());
     return;
   }
   {
     absl::MutexLock lock(&batch->mu);
-    batch->pending = by_shard.size();
+    batch->pending = chunks.size();
   }
-  // Finishes the batch once every shard's reads are decoded.
+  // Finishes the batch once every chunk's reads are decoded.
   auto finish = [](const std::shared_ptr<Batch>& batch) {
     absl::Status error;
     {
@@ -299,7 +323,7 @@ void ShardedDataset::ReadSamplesAsync(
     }
     std::move(batch->done)(std::move(out));
   };
-  for (auto& [shard, positions] : by_shard) {
+  for (auto& [shard, positions] : chunks) {
     std::vector<io::ByteRange> ranges;
     ranges.reserve(positions.size());
     for (size_t pos : positions) {
