@@ -21,13 +21,37 @@ TEST(Crc32cTest, KnownValues) {
 
 TEST(Crc32cTest, HardwareMatchesPortableAtEveryAlignmentAndLength) {
   std::mt19937 rng(1);
-  std::string data(4096 + 16, '\0');
+  std::string data((110 << 10) + 16, '\0');
   for (char& c : data) c = static_cast<char>(rng());
+  // Lengths around the three-block thresholds of the hardware path (3 x 256, 3 x 4096 bytes) too,
+  // from a zero and a non-zero starting CRC.
   for (size_t start = 0; start < 9; ++start) {
-    for (size_t length : {0, 1, 7, 8, 9, 63, 64, 1000, 4096}) {
-      EXPECT_EQ(Extend(0, data.data() + start, length),
-                ExtendPortable(0, data.data() + start, length))
-          << start << " " << length;
+    for (size_t length : {0,
+                          1,
+                          7,
+                          8,
+                          9,
+                          63,
+                          64,
+                          767,
+                          768,
+                          769,
+                          776,
+                          1000,
+                          1543,
+                          4096,
+                          12287,
+                          12288,
+                          12289,
+                          13067,
+                          24576 + 768 + 9,
+                          100 << 10,
+                          (110 << 10) + 7}) {
+      for (uint32_t initial : {0u, 0xdeadbeefu}) {
+        EXPECT_EQ(Extend(initial, data.data() + start, length),
+                  ExtendPortable(initial, data.data() + start, length))
+            << start << " " << length << " " << initial;
+      }
     }
   }
 }
