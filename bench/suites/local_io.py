@@ -126,12 +126,22 @@ def run(ctx):
 
     load_before = loadavg()
     warm(shards + originals)
-    warm_rows = []
-    for name, action in [("stoker batched (ReadSamples per minibatch of 256)", lambda label: stoker("batched", label)),
-                         ("stoker one read per sample (16 in flight)", lambda label: stoker("per-sample", label)),
-                         ("original files one by one (Python open/read/close)", files)]:
+    warm_readers = [("stoker batched (ReadSamples per minibatch of 256)", lambda label: stoker("batched", label)),
+                    ("stoker one read per sample (16 in flight)", lambda label: stoker("per-sample", label)),
+                    ("original files one by one (Python open/read/close)", files)]
+    for _, action in warm_readers:
         action("warm-up")
-        warm_rows.append((name, *repeat(name, lambda: action(name), "samples/s")))
+    # Round after round, each reader once: on a shared machine a change of load then falls on
+    # every reader alike instead of on whichever ran during it.
+    rates = {name: [] for name, _ in warm_readers}
+    for _ in range(ctx.repeat):
+        for name, action in warm_readers:
+            rates[name].append(action(name))
+    warm_rows = []
+    for name, _ in warm_readers:
+        values = rates[name]
+        lib.log(f"{name}: median {statistics.median(values):.0f} samples/s {[round(v) for v in values]}")
+        warm_rows.append((name, statistics.median(values), values))
     cold_rows = []
     for name, action, unit in [
         ("stoker random minibatches, O_DIRECT", lambda: bench_read("random", "on", "samples_per_second"), "samples/s"),
@@ -158,7 +168,7 @@ def run(ctx):
         "engineers were building at the same time).",
         f"{SAMPLES} samples of {SAMPLE_BYTES >> 10} KiB (random bytes) in {len(shards)} shards of 64 MiB on "
         f"the local disk (ext4 on a virtio disk); warm rows read {n} samples ({BATCHES} random-order "
-        f"minibatches of {BATCH}), the same samples in the same order for every row. Medians of "
+        f"minibatches of {BATCH}), the same samples in the same order for every row, the warm readers taking turns run by run. Medians of "
         f"{ctx.repeat} runs (each run's figures in brackets).",
         "",
         "## Warm (page cache)",
