@@ -5,6 +5,8 @@ stoker shards (64 MiB each).
 
 Warm (page cache holds everything; samples/s, the same samples in the same order for every row):
   stoker batched            stoker-bench-samples: one ShardedDataset::ReadSamples per minibatch of 256
+  stoker pipelined          reads of 32 samples, 8 in flight: how a pipeline's dataset source reads
+                            once its read-ahead has grown
   stoker one read/sample    the same samples, one read each, 16 in flight
   original files            a Python loop: open + read + close of each original file
 Cold (the shards' pages dropped with posix_fadvise(DONTNEED) before every run):
@@ -127,6 +129,7 @@ def run(ctx):
     load_before = loadavg()
     warm(shards + originals)
     warm_readers = [("stoker batched (ReadSamples per minibatch of 256)", lambda label: stoker("batched", label)),
+                    ("stoker pipelined (reads of 32 samples, 8 in flight)", lambda label: stoker("pipelined", label)),
                     ("stoker one read per sample (16 in flight)", lambda label: stoker("per-sample", label)),
                     ("original files one by one (Python open/read/close)", files)]
     for _, action in warm_readers:
@@ -180,6 +183,8 @@ def run(ctx):
         "",
         f"- stoker batched / original files one by one: **{batched / w['original files one by one (Python open/read/close)']:.2f}x** (goal >= 1.0)",
         f"- stoker batched / stoker one read per sample: **{batched / w['stoker one read per sample (16 in flight)']:.2f}x** (goal >= 1.0)",
+        f"- stoker pipelined / original files one by one: **{w['stoker pipelined (reads of 32 samples, 8 in flight)'] / w['original files one by one (Python open/read/close)']:.2f}x**; "
+        f"/ stoker one read per sample: **{w['stoker pipelined (reads of 32 samples, 8 in flight)'] / w['stoker one read per sample (16 in flight)']:.2f}x**",
         "- CPU us per sample: user + system CPU time of the reading process during the reads (stoker "
         "checks every record's CRC32C; the file loop checks nothing). On a loaded machine wall-time "
         "rates follow the CPU share each process gets; CPU per sample does not.",

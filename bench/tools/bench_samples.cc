@@ -6,6 +6,8 @@
 // line, in read order) so that a peer can read the very same samples. MODE:
 //   batched     one ShardedDataset::ReadSamples call per minibatch (grouped by shard, coalesced)
 //   per-sample  one read per sample, 16 in flight at a time (the same bytes, no batching)
+//   pipelined   reads of 32 samples, 8 in flight at a time: a pipeline's dataset source once its
+//               read-ahead has grown (src/stoker/data/ops/source_ops.cc)
 // Before the timed reads, the first two minibatches are read once untimed (in the same mode), so
 // that the figures are a long-running reader's: its read buffers recycled by the buffer pool
 // instead of page-faulted in, as a fresh process must.
@@ -26,9 +28,10 @@
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 7) {
-    std::fprintf(stderr,
-                 "usage: %s DATASET_URL batched|per-sample BATCHES BATCH_SIZE SEED [KEYS_OUT]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s DATASET_URL batched|per-sample|pipelined BATCHES BATCH_SIZE SEED [KEYS_OUT]\n",
+        argv[0]);
     return 2;
   }
   std::string mode = argv[2];
@@ -78,37 +81,45 @@ int main(int argc, char** argv) {
         }
         count(*got);
       }
-    } else if (mode == "per-sample") {
+    } else if (mode == "per-sample" || mode == "pipelined") {
+      // per-sample: reads of one sample, 16 in flight; pipelined: reads of 32 samples, 8 in
+      // flight (what a pipeline's dataset source does once its read-ahead has grown).
+      const size_t chunk = mode == "per-sample" ? 1 : 32;
+      struct Flight {
+        int reads = 0;
+        int max;
+      } flight{0, mode == "per-sample" ? 16 : 8};
       absl::Mutex mu;
-      int in_flight = 0;
       absl::Status error;
-      for (uint64_t index : indices) {
+      for (size_t first = 0; first < indices.size(); first += chunk) {
         absl::MutexLock lock(&mu);
         mu.Await(absl::Condition(
-            +[](int* n) { return *n < 16; }, &in_flight));
-        ++in_flight;
+            +[](Flight* f) { return f->reads < f->max; }, &flight));
+        ++flight.reads;
         mu.Unlock();
-        (*ds)->ReadSamplesAsync(std::vector<uint64_t>{index},
-                                [&](absl::StatusOr<std::vector<stoker::format::Sample>> got) {
-                                  absl::MutexLock inner(&mu);
-                                  --in_flight;
-                                  if (got.ok()) {
-                                    count(*got);
-                                  } else if (error.ok()) {
-                                    error = got.status();
-                                  }
-                                });
+        (*ds)->ReadSamplesAsync(
+            std::vector<uint64_t>(indices.begin() + first,
+                                  indices.begin() + std::min(first + chunk, indices.size())),
+            [&](absl::StatusOr<std::vector<stoker::format::Sample>> got) {
+              absl::MutexLock inner(&mu);
+              --flight.reads;
+              if (got.ok()) {
+                count(*got);
+              } else if (error.ok()) {
+                error = got.status();
+              }
+            });
         mu.Lock();
       }
       absl::MutexLock lock(&mu);
       mu.Await(absl::Condition(
-          +[](int* n) { return *n == 0; }, &in_flight));
+          +[](Flight* f) { return f->reads == 0; }, &flight));
       if (!error.ok()) {
         std::fprintf(stderr, "%s\n", std::string(error.message()).c_str());
         return 1;
       }
     } else {
-      std::fprintf(stderr, "unknown mode '%s' (batched or per-sample)\n", mode.c_str());
+      std::fprintf(stderr, "unknown mode '%s' (batched, per-sample or pipelined)\n", mode.c_str());
       return 2;
     }
     return 0;
