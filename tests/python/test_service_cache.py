@@ -150,6 +150,12 @@ def local_epoch(spec):
             for b in stoker.Pipeline.from_spec(spec).iterator(epoch=0)]
 
 
+def journal_records(cluster):
+    """The dispatcher's journal, in order (one update a line: length, checksum, JSON)."""
+    with open(os.path.join(cluster.dir, "journal", "journal.log")) as f:
+        return [json.loads(line.split(" ", 2)[2]) for line in f if line.strip()]
+
+
 def assert_whole_epoch(got, local, who):
     keys = [tuple(k) for k, _ in got]
     assert len(keys) == len(set(keys)), f"{who}: {len(keys) - len(set(keys))} elements twice"
@@ -291,3 +297,31 @@ def test_the_dispatcher_killed_and_restarted_mid_epoch_loses_nothing(photo_shard
         log = cluster.log()
         replayed = re.search(r"replayed \d+ updates", log)
         assert replayed and re.search(r"job 1 finished", log[replayed.end():]), log
+
+
+def test_a_restarted_dispatcher_leases_a_dead_workers_splits_again(photo_shards, stoker_bin,
+                                                                   tmp_path):
+    """The dispatcher and a worker killed together mid-epoch: the restarted dispatcher learns the
+    job from its journal, finds the worker gone (no heartbeat within the worker timeout) and hands
+    its splits to the other worker, which recomputes them for every trainer."""
+    spec = crop_spec(photo_shards)
+    local = local_epoch(spec)
+    with Cluster(stoker_bin, tmp_path / "cluster", worker_timeout_ms=1000) as cluster:
+        for _ in range(2):
+            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+        assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
+        folder = str(tmp_path / "trainers")
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
+        go(folder)
+        wait_until_read(outs[0], 15)
+        cluster.workers[0].kill()  # kill -9, mid-epoch
+        cluster.workers[0].wait()
+        before = len(journal_records(cluster))
+        cluster.restart_dispatcher()
+        for i, (got, stats) in enumerate(finish_trainers(procs, outs)):
+            assert_whole_epoch(got, local, f"trainer {i}")
+            assert stats["cache_skipped"] == 0
+        after = journal_records(cluster)[before:]
+        handed_out = [r for r in after if r["type"] in ("lease_split", "create_split")]
+        assert handed_out, f"the restarted dispatcher handed out no split: {after}"
+        assert re.search(r"worker 1 .*missed its heartbeats", cluster.log()), cluster.log()
