@@ -235,18 +235,24 @@ def test_cli_trainers_and_their_report(photo_shards, stoker_bin, tmp_path):
         assert bad.returncode != 0 and b"trainer_id" in bad.stderr
 
 
+# Under `skip` the window holds the whole epoch, so no trainer falls behind it: a failure must
+# still lose nothing (what `skip` gives up is only what falls out of the window).
+FAILURE_POLICIES = pytest.mark.parametrize("policy,window", [("recompute", "1M"), ("skip", "64M")])
+
+
+@FAILURE_POLICIES
 def test_a_worker_killed_mid_epoch_loses_nothing_for_any_trainer(photo_shards, stoker_bin,
-                                                                   tmp_path):
+                                                                   tmp_path, policy, window):
     spec = crop_spec(photo_shards)
     local = local_epoch(spec)
     with Cluster(stoker_bin, tmp_path / "cluster", worker_timeout_ms=1000) as cluster:
         for _ in range(2):
-            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+            add_worker(cluster, "--threads", "1", "--cache-bytes", window)
         assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
         folder = str(tmp_path / "trainers")
-        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], policy, folder)
         go(folder)
-        wait_until_read(outs[0], 15)
+        wait_until_read(outs[0], 5)  # early: the killed worker still holds unacknowledged splits
         cluster.workers[0].kill()  # kill -9, mid-epoch, while the trainers read
         cluster.workers[0].wait()
         for i, (got, stats) in enumerate(finish_trainers(procs, outs)):
@@ -277,16 +283,17 @@ def test_a_trainer_that_joins_late_reads_the_whole_epoch(photo_shards, stoker_bi
         assert results[2][1]["cache_recomputed"] > 0, f"the late trainer: {results[2][1]}"
 
 
+@FAILURE_POLICIES
 def test_the_dispatcher_killed_and_restarted_mid_epoch_loses_nothing(photo_shards, stoker_bin,
-                                                                      tmp_path):
+                                                                      tmp_path, policy, window):
     spec = crop_spec(photo_shards)
     local = local_epoch(spec)
     with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
         for _ in range(2):
-            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+            add_worker(cluster, "--threads", "1", "--cache-bytes", window)
         assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
         folder = str(tmp_path / "trainers")
-        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
+        procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], policy, folder)
         go(folder)
         wait_until_read(outs[0], 15)
         cluster.restart_dispatcher()
