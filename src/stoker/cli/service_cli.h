@@ -33,5 +33,7 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result);
 void RegisterConsumeCommand(CLI::App& app, absl::Status* result);
 // stoker demo.
 void RegisterDemoCommand(CLI::App& app, absl::Status* result);
+// stoker snapshot.
+void RegisterSnapshotCommand(CLI::App& app, absl::Status* result);
 
 }  // namespace stoker::cli

@@ -80,6 +80,7 @@ void RegisterServiceCommands(CLI::App& app, absl::Status* result) {
   RegisterServerCommands(app, result);
   RegisterConsumeCommand(app, result);
   RegisterDemoCommand(app, result);
+  RegisterSnapshotCommand(app, result);
 }
 
 }  // namespace stoker::cli

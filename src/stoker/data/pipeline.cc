@@ -16,6 +16,7 @@
 #include "stoker/data/mix_source.h"
 #include "stoker/data/op_registry.h"
 #include "stoker/data/ops.h"
+#include "stoker/data/snapshot.h"
 #include "stoker/data/source.h"
 #include "stoker/data/sources_format.h"
 #include "stoker/data/transforms.h"
@@ -145,7 +146,18 @@ struct PipelineBuilder {
       options.cache = p.String("cache", "auto", {"auto", "on", "off"});
       options.cache_bytes = p.Int("cache_mb", 0, 0, int64_t{1} << 30) << 20;
       read_ahead = static_cast<int>(p.Int("read_ahead", 0, 0, 64));
+      // A snapshot still being written (snapshot.h): read as one stream that waits for its parts.
+      const bool wait = p.Bool("wait", false);
+      const double wait_timeout_s = p.Number("wait_timeout_s", 600, 0.1, 1e7);
       RETURN_IF_ERROR(p.Finish());
+      if (wait) {
+        auto waiting = OpenSnapshotStream(
+            url, std::chrono::milliseconds(static_cast<int64_t>(wait_timeout_s * 1000)),
+            options.skip_corrupt);
+        if (!waiting.ok()) return Annotate(waiting.status(), "$.source.dataset");
+        stream = *waiting;
+        return absl::OkStatus();
+      }
       auto opened = OpenFormatDataset(url, options);
       if (!opened.ok()) return Annotate(opened.status(), "$.source.dataset");
       indexed = *opened;

@@ -5,6 +5,7 @@
 #include "absl/synchronization/mutex.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/data/snapshot.h"
 
 #ifdef STOKER_HAVE_FORMAT
 #include "stoker/core/byte_size.h"
@@ -22,7 +23,18 @@ namespace stoker::data {
 #ifdef STOKER_HAVE_FORMAT
 namespace {
 
-Element ToElement(format::Sample sample) {
+// A sample as an element of bytes fields; a snapshot's record (snapshot.h) as the element it
+// stored.
+absl::StatusOr<Element> ToElement(format::Sample sample) {
+  if (const Buffer* meta = sample.Find(kSnapshotMetaField)) {
+    std::vector<std::pair<std::string, Buffer>> fields;
+    for (format::Field& f : sample.fields) fields.emplace_back(f.name, std::move(f.value));
+    ASSIGN_OR_RETURN(Element e, DecodeSnapshotElement(
+                                    meta->view(), std::move(fields),
+                                    StrCat("sample ", sample.index, " (key ", sample.key, ")")));
+    e.sample_index = sample.index;
+    return e;
+  }
   Element e;
   for (format::Field& f : sample.fields) e.fields[f.name] = Tensor::Bytes(std::move(f.value));
   e.keys.push_back(std::move(sample.key));
@@ -87,7 +99,10 @@ class FormatPendingRead : public PendingRead {
     RETURN_IF_ERROR(samples.status());
     std::vector<Element> out;
     out.reserve(samples->size());
-    for (format::Sample& s : *samples) out.push_back(ToElement(std::move(s)));
+    for (format::Sample& s : *samples) {
+      ASSIGN_OR_RETURN(Element e, ToElement(std::move(s)));
+      out.push_back(std::move(e));
+    }
     return out;
   }
 
@@ -141,7 +156,10 @@ class FormatIndexedSource : public IndexedSource {
     ASSIGN_OR_RETURN(std::vector<format::Sample> samples, ds_->ReadSamples(wanted));
     std::vector<Element> out;
     out.reserve(samples.size());
-    for (format::Sample& s : samples) out.push_back(ToElement(std::move(s)));
+    for (format::Sample& s : samples) {
+      ASSIGN_OR_RETURN(Element e, ToElement(std::move(s)));
+      out.push_back(std::move(e));
+    }
     return out;
   }
 
@@ -158,7 +176,8 @@ class FormatStream : public ElementStream {
   absl::StatusOr<std::optional<Element>> Next() override {
     ASSIGN_OR_RETURN(std::optional<format::Sample> s, s_->Next());
     if (!s) return std::nullopt;
-    return ToElement(std::move(*s));
+    ASSIGN_OR_RETURN(Element e, ToElement(std::move(*s)));
+    return e;
   }
   int64_t skipped() const override { return static_cast<int64_t>(report_->count()); }
 

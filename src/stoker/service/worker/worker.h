@@ -194,6 +194,11 @@ class Worker {
   void RunTask(Task* task);
   absl::Status RunDynamic(Task* task);
   absl::Status RunWholePipeline(Task* task);
+  // A snapshot job's split (docs/protocol.md, "Snapshots"): writes its elements as one part at
+  // `url` and returns the element naming it (nullopt: the split yielded nothing, no part).
+  absl::StatusOr<std::optional<data::Element>> WriteSnapshotPart(Task* task, const std::string& url,
+                                                                 const GetSplitResponse& split,
+                                                                 data::PipelineIterator* it);
   // Appends an element to the stream of the consumer its split goes to (or to `unassigned`),
   // waiting while the task's buffers are full. False if the task was cancelled or the worker is
   // stopping. `stream` >= 0 names the stream (coordinated rounds); -1: by the split's owner.

@@ -7,14 +7,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <vector>
 
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/pipeline.h"
+#include "stoker/data/snapshot.h"
 #include "stoker/data/to_device.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
@@ -167,9 +170,23 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
 
 // The task's pipeline. A spec ending with to_device is refused: that op hands batches over in the
 // consumer's GPU memory, so only the consumer can run it (ServiceClient sends specs without it).
+// A snapshot job's spec (`stoker snapshot`) carries {"snapshot": {"url": DST}} at the top level:
+// it is taken out of the spec before the pipeline is built, and its URL goes to *snapshot_url.
 static absl::StatusOr<std::shared_ptr<const data::Pipeline>> TaskPipeline(
-    const std::string& spec, const data::PluginPolicy& plugins) {
+    const std::string& spec, const data::PluginPolicy& plugins,
+    std::string* snapshot_url = nullptr) {
   nlohmann::json parsed = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("snapshot")) {
+    const nlohmann::json& snapshot = parsed["snapshot"];
+    if (snapshot_url == nullptr || !snapshot.is_object() || !snapshot.contains("url") ||
+        !snapshot["url"].is_string())
+      return absl::InvalidArgumentError(
+          "$.snapshot: expected {\"url\": DST} in a job made by `stoker snapshot` (with dynamic "
+          "sharding)");
+    *snapshot_url = snapshot["url"].get<std::string>();
+    parsed.erase("snapshot");
+    return data::Pipeline::FromString(parsed.dump(), plugins);
+  }
   const data::DeviceSplit split = data::SplitDeviceOp(parsed);
   if (!split.device_op.is_null()) {
     return absl::FailedPreconditionError(
@@ -262,9 +279,55 @@ bool Worker::PushRounds(Task* task, const GetSplitResponse& split,
   return true;
 }
 
+// Runs a split of a snapshot job through `it` into the part
+// "part-e<epoch>-s<split>-w<worker>-<random>.stk" at `url`, and returns the element that names it
+// (nullopt when the split yields no element: no part is written). The name is new for every
+// attempt, so a split run again after a worker died never overwrites a part a reader may hold.
+absl::StatusOr<std::optional<data::Element>> Worker::WriteSnapshotPart(
+    Task* task, const std::string& url, const GetSplitResponse& split, data::PipelineIterator* it) {
+  std::unique_ptr<data::SnapshotPartWriter> writer;
+  std::random_device random;
+  const uint64_t nonce = random() ^ (static_cast<uint64_t>(random()) << 32);
+  int64_t worker_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    worker_id = worker_id_;
+  }
+  char name[128];
+  std::snprintf(name, sizeof(name), "part-e%05lld-s%08lld-w%lld-%016llx.stk",
+                static_cast<long long>(split.epoch()), static_cast<long long>(split.split_id()),
+                static_cast<long long>(worker_id), static_cast<unsigned long long>(nonce));
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<data::Element> e, it->GetNext());
+    if (!e) break;
+    if (!writer) {
+      ASSIGN_OR_RETURN(writer, data::SnapshotPartWriter::Open(url, name));
+    }
+    RETURN_IF_ERROR(writer->Add(*e));
+  }
+  if (!writer) return std::nullopt;
+  ASSIGN_OR_RETURN(data::SnapshotPart part, writer->Close());
+  data::Element out;
+  out.keys.push_back(part.name);
+  out.fields["part"] = data::Tensor::Bytes(Buffer::FromString(part.name));
+  out.fields["records"] = data::Tensor::Scalar(static_cast<int64_t>(part.records));
+  out.fields["bytes"] = data::Tensor::Scalar(static_cast<int64_t>(part.bytes));
+  std::string fields;
+  for (const std::string& f : part.fields) fields += StrCat(fields.empty() ? "" : ",", f);
+  out.fields["fields"] = data::Tensor::Bytes(Buffer::FromString(std::move(fields)));
+  out.epoch = split.epoch();
+  return out;
+}
+
 absl::Status Worker::RunDynamic(Task* task) {
-  ASSIGN_OR_RETURN(auto pipeline,
-                   TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs)));
+  std::string snapshot_url;
+  ASSIGN_OR_RETURN(
+      auto pipeline,
+      TaskPipeline(task->spec, data::PluginPolicy::OnlyFrom(options_.plugin_dirs), &snapshot_url));
+  if (!snapshot_url.empty() && (task->num_consumers > 0 || task->cross_trainer))
+    return absl::InvalidArgumentError(
+        "a snapshot job has one consumer (`stoker snapshot`): no coordinated reads, no "
+        "cross-trainer cache");
   {
     absl::MutexLock lock(&mu_);
     task->pipeline = pipeline;
@@ -340,6 +403,20 @@ absl::Status Worker::RunDynamic(Task* task) {
       return Push(task, std::move(d),
                   e == nullptr ? EncodedElement() : EncodeElementPieces(*e, task->compression));
     };
+    if (!snapshot_url.empty()) {
+      // A snapshot job: the split's elements go to a part of their own, named for the split and
+      // this attempt; the consumer receives one element naming the committed part.
+      auto busy_from = Clock::now();
+      absl::StatusOr<std::optional<data::Element>> part =
+          WriteSnapshotPart(task, snapshot_url, resp, it.get());
+      AddBusy(task, Clock::now() - busy_from);
+      if (!part.ok())
+        return Annotate(part.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
+                                              " [", resp.begin(), ", ", resp.end(), ")"));
+      if (!push(*part ? &**part : nullptr, true)) return absl::OkStatus();
+      task->splits_done->Increment();
+      continue;
+    }
     while (true) {
       auto busy_from = Clock::now();
       auto next = it->GetNext();
