@@ -6,6 +6,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -96,6 +97,10 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
         reader = subprocess.Popen([stoker_bin, "run", str(reader_spec), "--digest"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         cluster.workers[1].send_signal(signal.SIGKILL)
+        # What a lost attempt leaves behind (a part no element named): deleted at the end.
+        stray = os.path.join(dst, "part-e00000-s00000000-w99-00000000deadbeef.stk")
+        with open(stray, "wb") as f:
+            f.write(b"a part of an attempt that lost")
         assert snap.poll() is None, "the snapshot ended before the worker was killed"
         out, err = snap.communicate(timeout=60)
         assert snap.returncode == 0, err
@@ -115,6 +120,7 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
     assert sorted(os.listdir(dst)) == sorted(["manifest.json"] +
                                              [s["name"] for s in manifest["shards"]])
     assert manifest["total_samples"] == 75
+    assert not os.path.exists(stray)
     # Parts are listed in the job's order, so the snapshot in manifest order is `stoker run`'s
     # output, and so is what the waiting reader got.
     expected = run_cli([stoker_bin, "run", str(spec_file), "--digest"])
@@ -174,3 +180,62 @@ def test_a_waiting_reader_times_out_naming_the_destination(stoker_bin, tmp_path)
     assert r.returncode == 1
     assert time.monotonic() - start < 10
     assert f"snapshot {dst}: no new part for 0.5 s and no manifest.json yet" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def s3_server(tmp_path):
+    """The Swift S3 test server (docs/testing.md): its AWS_* environment."""
+    script = os.path.join(os.environ.get("STOKER_SOURCE_DIR", "."), "scripts", "s3-test-server")
+    if shutil.which("swift-proxy-server") is None:
+        pytest.skip("OpenStack Swift is not installed (scripts/install-deps.sh)")
+    d = str(tmp_path / "s3")
+    subprocess.run([script, "start", d], check=True, stdout=subprocess.DEVNULL, timeout=120)
+    try:
+        env_lines = subprocess.run([script, "env", d], check=True, capture_output=True,
+                                   text=True).stdout
+        yield {m.group(1): m.group(2).strip("'\"")
+               for m in re.finditer(r"export (\w+)=(\S+)", env_lines)}
+    finally:
+        subprocess.run([script, "stop", d], timeout=60)
+
+
+def test_snapshot_to_s3_read_while_written(stoker_bin, s3_server, tmp_path):
+    env = dict(os.environ, **s3_server)
+    subprocess.run(["/usr/bin/aws", "--endpoint-url", s3_server["AWS_ENDPOINT_URL"], "s3", "mb",
+                    "s3://snap"], env=env, check=True, stdout=subprocess.DEVNULL)
+    spec = {"source": {"range": 2000}, "ops": [{"op": "shuffle", "seed": 9},
+                                               {"op": "batch", "size": 10}]}
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    dst = "s3://snap/run1/"
+    reader_spec = tmp_path / "reader.json"
+    reader_spec.write_text(json.dumps({"source": {"dataset": dst, "wait": True,
+                                                  "wait_timeout_s": 30}}))
+    reader = subprocess.Popen([stoker_bin, "run", str(reader_spec), "--digest"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with Cluster(stoker_bin, tmp_path / "c", env=env) as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        wait_for_workers(cluster, 2)
+        snap = subprocess.run([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
+                               cluster.address], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert snap.returncode == 0, snap.stderr
+    out, err = reader.communicate(timeout=60)
+    assert reader.returncode == 0, err
+    expected = run_cli([stoker_bin, "run", str(spec_file), "--digest"])
+    digest = re.search(r"sha256 [0-9a-f]+", expected.stdout).group(0)
+    assert digest in out, (out, err)
+    back = tmp_path / "back.json"
+    back.write_text(json.dumps({"source": {"dataset": dst}}))
+    again = subprocess.run([stoker_bin, "run", str(back), "--digest"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and digest in again.stdout, again.stderr
+    listed = subprocess.run([stoker_bin, "ls", dst], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    names = sorted(os.path.basename(line.split()[-1]) for line in listed.stdout.splitlines()
+                   if line.strip())
+    manifest = json.loads(subprocess.run([stoker_bin, "cat", dst + "manifest.json"], env=env,
+                                         capture_output=True, text=True, timeout=60).stdout)
+    assert names == sorted(["manifest.json"] + [s["name"] for s in manifest["shards"]])
