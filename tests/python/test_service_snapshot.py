@@ -139,6 +139,37 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
     assert "already holds a dataset or snapshot" in refused.stderr, refused.stderr
 
 
+def test_the_dispatcher_restarted_mid_snapshot_loses_nothing(many_shards, stoker_bin, tmp_path):
+    spec = slow_image_spec(many_shards)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    dst = str(tmp_path / "snap")
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        cluster.add_worker("--threads", "1")
+        cluster.add_worker("--threads", "1")
+        wait_for_workers(cluster, 2)
+        snap = subprocess.Popen([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
+                                 cluster.address], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while progress_parts(dst) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling a file another process writes
+        cluster.restart_dispatcher()
+        assert snap.poll() is None, "the snapshot ended before the dispatcher was restarted"
+        out, err = snap.communicate(timeout=60)
+        assert snap.returncode == 0, err
+        # A later job reads the snapshot through the service instead of computing it again.
+        reader_spec = tmp_path / "reader.json"
+        reader_spec.write_text(json.dumps({"source": {"dataset": dst}}))
+        consumed = run_cli([stoker_bin, "consume", "--dispatcher", cluster.address,
+                            str(reader_spec), "--print-keys"])
+        assert consumed.returncode == 0, consumed.stderr
+    assert collections.Counter(elements({"source": {"dataset": dst}})) == \
+        collections.Counter(elements(spec))
+    keys = consumed.stdout.split()
+    assert len(keys) == len(set(keys)) == 300
+
+
 def test_reader_started_before_the_snapshot_gets_every_element_once(stoker_bin, tmp_path):
     spec = {"source": {"range": 3000}, "ops": [{"op": "shuffle", "seed": 3},
                                                {"op": "batch", "size": 10}]}

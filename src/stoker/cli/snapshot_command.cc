@@ -52,7 +52,7 @@ absl::StatusOr<data::SnapshotPart> PartOf(const data::Element& e) {
   part.records = static_cast<uint64_t>(n);
   part.bytes = static_cast<uint64_t>(b);
   std::stringstream list(fields->data.ToString());
-  for (std::string f; std::getline(list, f, ',');) part.fields.insert(f);
+  for (std::string f; std::getline(list, f, '\0');) part.fields.insert(f);
   return part;
 }
 

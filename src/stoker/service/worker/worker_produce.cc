@@ -313,7 +313,10 @@ absl::StatusOr<std::optional<data::Element>> Worker::WriteSnapshotPart(
   out.fields["records"] = data::Tensor::Scalar(static_cast<int64_t>(part.records));
   out.fields["bytes"] = data::Tensor::Scalar(static_cast<int64_t>(part.bytes));
   std::string fields;
-  for (const std::string& f : part.fields) fields += StrCat(fields.empty() ? "" : ",", f);
+  for (const std::string& f : part.fields) {  // NUL-separated: field names hold no NUL
+    if (!fields.empty()) fields.push_back('\0');
+    fields += f;
+  }
   out.fields["fields"] = data::Tensor::Bytes(Buffer::FromString(std::move(fields)));
   out.epoch = split.epoch();
   return out;
