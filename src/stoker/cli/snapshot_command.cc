@@ -5,13 +5,17 @@
 // gives it one committed part per split, which it lists in the progress file as they arrive, then
 // in manifest.json at the end, deleting the parts of attempts that lost.
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "stoker/cli/commands.h"
 #include "stoker/cli/service_cli.h"
@@ -56,6 +60,68 @@ absl::StatusOr<data::SnapshotPart> PartOf(const data::Element& e) {
   return part;
 }
 
+// The progress file, rewritten by a thread of its own at most every 200 ms while parts arrive
+// (so its writes cost O(parts x seconds), not O(parts^2)), and once more at the end.
+class ProgressFile {
+ public:
+  explicit ProgressFile(std::string dst) : dst_(std::move(dst)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressFile() { Stop(); }
+  // The first error of a write so far, else OK.
+  absl::Status Add(data::SnapshotPart part) {
+    std::lock_guard<std::mutex> lock(mu_);
+    parts_.push_back(std::move(part));
+    dirty_ = true;
+    cv_.notify_one();
+    return error_;
+  }
+  // Stops the thread after a last write; returns every part added.
+  absl::StatusOr<std::vector<data::SnapshotPart>> Finish() {
+    Stop();
+    RETURN_IF_ERROR(error_);
+    return parts_;
+  }
+
+ private:
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      cv_.notify_one();
+    }
+    thread_.join();
+  }
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return dirty_ || stopping_; });
+      if (dirty_ && error_.ok()) {
+        std::vector<data::SnapshotPart> parts = parts_;
+        dirty_ = false;
+        const bool pace = !stopping_;
+        lock.unlock();
+        absl::Status s = data::WriteSnapshotProgress(dst_, parts);
+        if (pace) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        lock.lock();
+        if (!s.ok() && error_.ok()) error_ = s;
+        continue;
+      }
+      if (stopping_) return;
+    }
+  }
+
+  const std::string dst_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<data::SnapshotPart> parts_;
+  bool dirty_ = false;
+  bool stopping_ = false;
+  absl::Status error_;
+  std::thread thread_;
+};
+
 absl::Status RunSnapshot(const SnapshotOptions& o) {
   RETURN_IF_ERROR(SetLogFormat(o.log_format));
   std::ifstream in(o.spec, std::ios::binary);
@@ -73,9 +139,9 @@ absl::Status RunSnapshot(const SnapshotOptions& o) {
   std::string dst = o.dst;
   if (dst.find("://") == std::string::npos) dst = std::filesystem::absolute(dst).string();
   RETURN_IF_ERROR(data::CheckSnapshotDestination(dst));
-  std::vector<data::SnapshotPart> parts;
-  RETURN_IF_ERROR(data::WriteSnapshotProgress(dst, parts));
+  RETURN_IF_ERROR(data::WriteSnapshotProgress(dst, {}));
   spec["snapshot"] = {{"url", dst}};
+  ProgressFile progress(dst);
 
   KeepDataPathAllocationsOnHeap();
   service::ServiceClientOptions options;
@@ -99,7 +165,7 @@ absl::Status RunSnapshot(const SnapshotOptions& o) {
                                          "manifest.json; write it again to a new destination)"));
     if (!*e) {
       std::fprintf(stderr, "snapshot %s: epoch %lld done, %zu parts so far\n", dst.c_str(),
-                   static_cast<long long>(client->epoch()), parts.size());
+                   static_cast<long long>(client->epoch()), names.size());
       if (!client->AdvanceEpoch()) break;
       continue;
     }
@@ -117,9 +183,9 @@ absl::Status RunSnapshot(const SnapshotOptions& o) {
                                         " bytes; its worker reported ", part.bytes));
     records += part.records;
     bytes += part.bytes;
-    parts.push_back(std::move(part));
-    RETURN_IF_ERROR(data::WriteSnapshotProgress(dst, parts));
+    RETURN_IF_ERROR(progress.Add(std::move(part)));
   }
+  ASSIGN_OR_RETURN(std::vector<data::SnapshotPart> parts, progress.Finish());
   ASSIGN_OR_RETURN(int64_t deleted, data::FinishSnapshot(dst, parts));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::fprintf(stderr,

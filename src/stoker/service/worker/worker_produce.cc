@@ -445,6 +445,9 @@ absl::Status Worker::RunDynamic(Task* task) {
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     double per_second = (resp.end() - resp.begin()) / std::max(seconds, 1e-4);
     double target = std::chrono::duration<double>(options_.split_target).count();
+    // A snapshot job's split is one part: sized for a second of work (at least), so that parts
+    // are few and large, as the format wants shards to be.
+    if (!snapshot_url.empty()) target = std::max(target, 1.0);
     wanted = std::clamp<int64_t>(static_cast<int64_t>(per_second * target), 1, wanted * 4);
   }
 }
