@@ -604,10 +604,17 @@ def from_spec(spec):
     return Pipeline.from_spec(spec)
 
 
-def dataset(url, **options):
-    """A pipeline reading a converted stoker dataset (prefix, manifest.json or one .stk shard).
-    options: top-level spec keys (seed, deterministic, threads, ...)."""
-    return Pipeline({"source": {"dataset": str(url)}, "ops": [], **options})
+def dataset(url, wait=False, wait_timeout_s=None, **options):
+    """A pipeline reading a converted stoker dataset (prefix, manifest.json or one .stk shard),
+    or a snapshot (`stoker snapshot`: its elements come back as they were stored). wait=True
+    reads a snapshot still being written, waiting for its parts (up to wait_timeout_s, default
+    600, for each). options: top-level spec keys (seed, deterministic, threads, ...)."""
+    source = {"dataset": str(url)}
+    if wait:
+        source["wait"] = True
+    if wait_timeout_s is not None:
+        source["wait_timeout_s"] = wait_timeout_s
+    return Pipeline({"source": source, "ops": [], **options})
 
 
 def tar(urls, **options):

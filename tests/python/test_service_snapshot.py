@@ -111,6 +111,11 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
         assert re.search(r"leasing its splits again", cluster.log()), cluster.log()
     # Read back as a dataset: the same elements as in-process, each once.
     got = elements({"source": {"dataset": dst}})
+    assert stoker.dataset(dst).spec == {"source": {"dataset": dst}, "ops": []}
+    assert len(stoker.dataset(dst)) == 75
+    assert stoker.dataset(dst, wait=True, wait_timeout_s=5).spec["source"] == {
+        "dataset": dst, "wait": True, "wait_timeout_s": 5}
+    assert sum(len(e["__keys__"]) for e in stoker.dataset(dst, wait=True)) == 300
     assert collections.Counter(got) == collections.Counter(local)
     keys = [k for (ks, name, *_rest) in got if name == "jpg" for k in ks]
     assert len(keys) == len(set(keys)) == 300
@@ -270,3 +275,27 @@ def test_snapshot_to_s3_read_while_written(stoker_bin, s3_server, tmp_path):
     manifest = json.loads(subprocess.run([stoker_bin, "cat", dst + "manifest.json"], env=env,
                                          capture_output=True, text=True, timeout=60).stdout)
     assert names == sorted(["manifest.json"] + [s["name"] for s in manifest["shards"]])
+
+
+def test_a_failed_snapshot_fails_its_waiting_readers_at_once(stoker_bin, tmp_path):
+    dst = str(tmp_path / "snap")
+    # Decoding non-images fails the job on the workers, with the sample's key.
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps({"source": {"range": 100},
+                                     "ops": [{"op": "decode_image", "field": "value"}]}))
+    reader_spec = tmp_path / "reader.json"
+    reader_spec.write_text(json.dumps({"source": {"dataset": dst, "wait": True,
+                                                  "wait_timeout_s": 60}}))
+    reader = subprocess.Popen([stoker_bin, "run", str(reader_spec)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        cluster.add_worker()
+        snap = run_cli([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
+                        cluster.address])
+    assert snap.returncode == 1
+    assert "decode_image" in snap.stderr, snap.stderr
+    start = time.monotonic()
+    _, err = reader.communicate(timeout=30)
+    assert reader.returncode == 1
+    assert time.monotonic() - start < 10
+    assert f"snapshot {dst} failed" in err and "decode_image" in err, err

@@ -122,6 +122,9 @@ class ProgressFile {
   std::thread thread_;
 };
 
+absl::Status WriteSnapshot(const SnapshotOptions& o, const std::string& spec,
+                           const std::string& dst);
+
 absl::Status RunSnapshot(const SnapshotOptions& o) {
   RETURN_IF_ERROR(SetLogFormat(o.log_format));
   std::ifstream in(o.spec, std::ios::binary);
@@ -141,6 +144,15 @@ absl::Status RunSnapshot(const SnapshotOptions& o) {
   RETURN_IF_ERROR(data::CheckSnapshotDestination(dst));
   RETURN_IF_ERROR(data::WriteSnapshotProgress(dst, {}));
   spec["snapshot"] = {{"url", dst}};
+  absl::Status status = WriteSnapshot(o, spec.dump(), dst);
+  // Readers waiting for parts learn at once that no more will come.
+  if (!status.ok()) data::WriteSnapshotError(dst, std::string(status.message()));
+  return status;
+}
+
+// Runs the snapshot job and lists what arrives (RunSnapshot checked DST and started it).
+absl::Status WriteSnapshot(const SnapshotOptions& o, const std::string& spec,
+                           const std::string& dst) {
   ProgressFile progress(dst);
 
   KeepDataPathAllocationsOnHeap();
@@ -155,7 +167,7 @@ absl::Status RunSnapshot(const SnapshotOptions& o) {
   options.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<service::ServiceClient> client,
-                   service::ServiceClient::Open(options, spec.dump()));
+                   service::ServiceClient::Open(options, spec));
   std::set<std::string> names;
   uint64_t records = 0, bytes = 0;
   while (true) {

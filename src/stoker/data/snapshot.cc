@@ -7,6 +7,7 @@
 #include "stoker/core/strings.h"
 
 #ifdef STOKER_HAVE_FORMAT
+#include "stoker/core/logging.h"
 #include "stoker/format/manifest.h"
 #include "stoker/format/sample_stream.h"
 #include "stoker/format/shard_writer.h"
@@ -207,6 +208,12 @@ class WaitingStream : public ElementStream {
         final_ = l.final;
         return absl::OkStatus();
       }
+      // No new part: did the writer give up?
+      const std::string error_key = StrCat(target_.key, kSnapshotErrorName);
+      absl::StatusOr<Buffer> error = target_.store->Read(error_key);
+      if (error.ok())
+        return absl::AbortedError(StrCat("snapshot ", url_, " failed (",
+                                         target_.store->Url(error_key), "): ", error->view()));
       if (std::chrono::steady_clock::now() >= deadline)
         return absl::DeadlineExceededError(
             StrCat("snapshot ", url_, ": no new part for ",
@@ -269,8 +276,8 @@ absl::Status CheckSnapshotDestination(std::string_view url) {
   ASSIGN_OR_RETURN(io::ListResult found, target.store->List(list));
   if (found.objects.empty()) return absl::OkStatus();
   const std::string& key = found.objects.front().key;
-  const bool snapshot =
-      key.ends_with(format::kManifestName) || key.ends_with(kSnapshotProgressName);
+  const bool snapshot = key.ends_with(format::kManifestName) ||
+                        key.ends_with(kSnapshotProgressName) || key.ends_with(kSnapshotErrorName);
   return absl::FailedPreconditionError(
       StrCat("snapshot destination ", url, " is not empty (it holds ", target.store->Url(key),
              snapshot ? ", so it already holds a dataset or snapshot" : "",
@@ -283,6 +290,16 @@ absl::Status WriteSnapshotProgress(std::string_view url, const std::vector<Snaps
   absl::Status s =
       target.store->Put(key, Buffer::FromString(format::SerializeManifest(ManifestOf(parts))));
   return s.ok() ? s : Annotate(s, StrCat("writing ", target.store->Url(key)));
+}
+
+void WriteSnapshotError(std::string_view url, std::string_view message) {
+  absl::StatusOr<io::StoreAndKey> target = format::OpenDatasetPrefix(url);
+  if (!target.ok()) return;
+  const std::string key = StrCat(target->key, kSnapshotErrorName);
+  absl::Status s = target->store->Put(key, Buffer::Copy(message));
+  if (!s.ok())
+    spdlog::warn("could not record the snapshot's failure at {}: {}", target->store->Url(key),
+                 s.ToString());
 }
 
 absl::StatusOr<int64_t> FinishSnapshot(std::string_view url,
@@ -328,6 +345,7 @@ absl::Status CheckSnapshotDestination(std::string_view url) {
 absl::Status WriteSnapshotProgress(std::string_view url, const std::vector<SnapshotPart>& parts) {
   return absl::UnimplementedError("this build has no shard format layer (stoker_format)");
 }
+void WriteSnapshotError(std::string_view url, std::string_view message) {}
 absl::StatusOr<int64_t> FinishSnapshot(std::string_view url,
                                        const std::vector<SnapshotPart>& parts) {
   return absl::UnimplementedError("this build has no shard format layer (stoker_format)");

@@ -31,6 +31,9 @@ inline constexpr std::string_view kSnapshotMetaField = "__tensors__";
 // The progress file `stoker snapshot` rewrites at DST as parts arrive (the manifest's format).
 inline constexpr std::string_view kSnapshotProgressName = "snapshot-progress.json";
 
+// What `stoker snapshot` writes at DST when it fails, so that waiting readers fail at once.
+inline constexpr std::string_view kSnapshotErrorName = "snapshot-error.txt";
+
 // One committed part of a snapshot.
 struct SnapshotPart {
   std::string name;              // relative to the snapshot's prefix
@@ -62,6 +65,8 @@ class SnapshotPartWriter {
 absl::Status CheckSnapshotDestination(std::string_view url);
 // Rewrites the progress file at `url` listing `parts` (in order).
 absl::Status WriteSnapshotProgress(std::string_view url, const std::vector<SnapshotPart>& parts);
+// Writes `message` as the snapshot's error at `url` (best effort: the writer is failing anyway).
+void WriteSnapshotError(std::string_view url, std::string_view message);
 // Writes manifest.json listing `parts` (in order), deletes every other object under the prefix
 // (parts of attempts that lost, temporary files of killed writers, the progress file) and returns
 // how many objects it deleted.
@@ -70,7 +75,8 @@ absl::StatusOr<int64_t> FinishSnapshot(std::string_view url,
 
 // A snapshot read while it is written (`{"dataset": URL, "wait": true}`): one stream that reads
 // the parts listed so far, in order, and waits (polling every 100 ms) for more until manifest.json
-// appears. Fails with DeadlineExceeded naming `url` when `timeout` passes without a new part.
+// appears. Fails with DeadlineExceeded naming `url` when `timeout` passes without a new part, and
+// with Aborted (the writer's message) once the writer recorded its failure.
 absl::StatusOr<std::shared_ptr<StreamSource>> OpenSnapshotStream(const std::string& url,
                                                                  std::chrono::milliseconds timeout,
                                                                  bool skip_corrupt);
