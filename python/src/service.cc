@@ -43,6 +43,7 @@ class ServiceConsumer {
       options.prefetch_bytes = o["prefetch_mb"].cast<int64_t>() << 20;
       options.request_bytes = std::min(options.request_bytes, options.prefetch_bytes);
     }
+    if (o.contains("shared_memory")) options.shared_memory = o["shared_memory"].cast<bool>();
     if (o.contains("cross_trainer_cache")) {
       options.cross_trainer_cache = o["cross_trainer_cache"].cast<bool>();
       options.trainer_id = o["trainer_id"].cast<std::string>();
@@ -114,6 +115,8 @@ class ServiceConsumer {
     d["cache_hits"] = s.cache_hits;
     d["cache_recomputed"] = s.cache_recomputed;
     d["cache_skipped"] = s.cache_skipped;
+    d["shm_elements"] = s.shm_elements;
+    d["shm_bytes"] = s.shm_bytes;
     return d;
   }
 
@@ -215,7 +218,8 @@ void BindService(py::module_& m) {
       .def_property_readonly("epoch", &ServiceConsumer::epoch)
       .def_property_readonly("job_id", &ServiceConsumer::job_id)
       .def("stats", &ServiceConsumer::Stats,
-           "counters: elements, bytes, duplicates, splits, cache_hits, cache_recomputed, "
+           "counters: elements, bytes, duplicates, splits, shm_elements, shm_bytes, cache_hits, "
+           "cache_recomputed, "
            "cache_skipped");
   py::class_<DispatcherServer>(m, "DispatcherServer")
       .def(py::init<int, const std::string&, int64_t, int64_t>(), py::arg("port") = 0,

@@ -147,7 +147,7 @@ class Pipeline:
                    partial_round="drop", num_epochs=None, no_worker_timeout=0, tls_ca=None,
                    token_file=None, tls_cert=None, tls_key=None,
                    cross_trainer_cache=False, trainer_id=None, on_fall_behind="recompute",
-                   prefetch_mb=None):
+                   prefetch_mb=None, shared_memory=True):
         """The same pipeline, run by the stoker service's workers (dispatcher "host:port" or
         "grpc://host:port"). Only the workers open the data: this process needs no storage
         credentials.
@@ -178,7 +178,10 @@ class Pipeline:
         reads all of it, produced once (hyper-parameter trials sharing preprocessing); a trainer
         behind the workers' window gets what it missed recomputed (on_fall_behind "recompute",
         the default) or skipped and counted ("skip"). In order by default.
-        prefetch_mb: MiB of elements fetched ahead of the trainer (default 256)."""
+        prefetch_mb: MiB of elements fetched ahead of the trainer (default 256).
+        shared_memory: a worker on this host hands elements over through shared memory (read-only
+        arrays straight from it, no socket copy); False: always through its reply (the TCP
+        path). stats()["shm_elements"] counts what came through shared memory."""
         for i, op in enumerate(self._spec.get("ops", [])):
             if op.get("op") == "python_map":
                 raise ValueError(
@@ -220,7 +223,7 @@ class Pipeline:
                                              "tls_cert": tls_cert, "tls_key": tls_key},
                                    cross_trainer_cache=bool(cross_trainer_cache),
                                    trainer_id=trainer_id or "", on_fall_behind=on_fall_behind,
-                                   prefetch_mb=prefetch_mb)
+                                   prefetch_mb=prefetch_mb, shared_memory=bool(shared_memory))
 
     def _device_op(self):
         """The trailing to_device op of the spec, or None."""
@@ -350,9 +353,10 @@ class DistributedPipeline:
                  num_consumers=None, consumer_index=None, partial_round="drop",
                  deterministic=False, num_epochs=None, no_worker_timeout=0, security=None,
                  cross_trainer_cache=False, trainer_id="", on_fall_behind="recompute",
-                 prefetch_mb=None):
+                 prefetch_mb=None, shared_memory=True):
         self.pipeline = pipeline
         self.prefetch_mb = prefetch_mb
+        self.shared_memory = shared_memory
         self.cross_trainer_cache = cross_trainer_cache
         self.trainer_id = trainer_id
         self.on_fall_behind = on_fall_behind
@@ -401,7 +405,8 @@ class DistributedPipeline:
                                    cross_trainer_cache=self.cross_trainer_cache,
                                    trainer_id=self.trainer_id,
                                    on_fall_behind=self.on_fall_behind,
-                                   prefetch_mb=self.prefetch_mb)
+                                   prefetch_mb=self.prefetch_mb,
+                                   shared_memory=self.shared_memory)
 
     def set_epoch(self, epoch):
         """The epoch the next plain iteration delivers."""
@@ -460,7 +465,7 @@ class DistributedPipeline:
                 "no_worker_timeout": float(self.no_worker_timeout), **self.security,
                 "cross_trainer_cache": bool(self.cross_trainer_cache),
                 "trainer_id": self.trainer_id, "on_fall_behind": self.on_fall_behind,
-                "prefetch_mb": self.prefetch_mb})
+                "prefetch_mb": self.prefetch_mb, "shared_memory": bool(self.shared_memory)})
             self._consumer, self._consumer_key = c, key
         self._exhausted_epoch = None
         return c
@@ -547,7 +552,8 @@ class ServiceIterator:
         return self._consumer.num_samples(timeout)
 
     def stats(self):
-        """This consumer's counters: elements, bytes, duplicates, splits, and with a
+        """This consumer's counters: elements, bytes, duplicates, splits, shm_elements and
+        shm_bytes (received through a worker's shared memory), and with a
         cross-trainer cache cache_hits, cache_recomputed, cache_skipped (elements received from
         the workers' windows, computed again for it, skipped)."""
         return self._consumer.stats()

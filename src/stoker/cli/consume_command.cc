@@ -37,6 +37,7 @@ struct ConsumeOptions {
   std::string sharding = "dynamic";
   std::string compression = "none";
   int requests_per_worker = 2;
+  bool no_shm = false;  // payloads in the reply even from a worker on this host
   int64_t epochs = 1;
   int64_t first_epoch = 0;
   int64_t num_consumers = 0;
@@ -113,6 +114,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.sharding = o.sharding;
   options.compression = o.compression;
   options.requests_per_worker = o.requests_per_worker;
+  options.shared_memory = !o.no_shm;
   options.num_epochs = o.epochs;
   options.first_epoch = o.first_epoch;
   options.num_consumers = o.num_consumers;
@@ -239,6 +241,9 @@ absl::Status RunConsume(const ConsumeOptions& o) {
                stats.wait_seconds + stats.between_seconds > 0
                    ? stats.wait_seconds / (stats.wait_seconds + stats.between_seconds)
                    : 0.0);
+  if (stats.shm_elements > 0)
+    std::fprintf(stderr, "shared memory: %lld elements (%.1f MB) from workers on this host\n",
+                 static_cast<long long>(stats.shm_elements), stats.shm_bytes / 1e6);
   if (o.cross_trainer_cache)
     std::fprintf(stderr,
                  "cross-trainer cache (trainer %s): %lld elements from the workers' windows, %lld "
@@ -276,6 +281,9 @@ void RegisterConsumeCommand(CLI::App& app, absl::Status* result) {
   c->add_option("--requests-per-worker", consume_options.requests_per_worker,
                 "element requests in flight to each worker (default 2)")
       ->check(CLI::PositiveNumber);
+  c->add_flag("--no-shm", consume_options.no_shm,
+              "take every payload from the worker's reply, even from a worker on this host "
+              "(default: such a worker hands payloads over through shared memory)");
   c->add_option("--epochs", consume_options.epochs,
                 "epochs of the job, one after another, without a pause between them (default 1)")
       ->check(CLI::PositiveNumber);

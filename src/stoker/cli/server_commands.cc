@@ -105,6 +105,7 @@ struct WorkerCliOptions {
   int heartbeat_ms = 500;
   std::string buffer_bytes = "256MiB";
   std::string cache_bytes = "256MiB";
+  std::string shm_bytes = "256MiB";
   int threads = 0;
   int drain_timeout_ms = 10000;
   int unhealthy_after = 3;
@@ -148,6 +149,14 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
     return absl::InvalidArgumentError(StrCat("--cache-bytes: ", o.cache_bytes, " is too large"));
   }
   options.cache_bytes = static_cast<int64_t>(cache_bytes);
+  uint64_t shm_bytes = 0;  // 0: off
+  if (o.shm_bytes != "0") {
+    ASSIGN_OR_RETURN(shm_bytes, ParseByteSizeFlag("--shm-bytes", o.shm_bytes));
+  }
+  if (shm_bytes > uint64_t{INT64_MAX}) {
+    return absl::InvalidArgumentError(StrCat("--shm-bytes: ", o.shm_bytes, " is too large"));
+  }
+  options.shm_bytes = static_cast<int64_t>(shm_bytes);
   options.threads = o.threads;
   options.plugin_dirs = o.plugin_dirs;
   options.unhealthy_after_failures = o.unhealthy_after;
@@ -263,6 +272,9 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
                 "is unhealthy: it takes no new task and /healthz answers 503 with the reason "
                 "(default 3; 0: never)")
       ->check(CLI::NonNegativeNumber);
+  w->add_option("--shm-bytes", worker_options.shm_bytes,
+                "shared memory per consumer on this host: payloads go through a segment of this "
+                "size instead of the socket (default 256MiB; 0: off, every payload in the reply)");
   w->add_option("--max-clients-per-job", worker_options.max_clients_per_job,
                 "most consumers of one job this worker keeps a stream for; one more is refused "
                 "(default 1024; 0: no limit)")

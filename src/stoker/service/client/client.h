@@ -39,6 +39,7 @@
 #include "stoker/data/to_device.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/common/security.h"
+#include "stoker/service/common/shm_ring.h"
 
 namespace stoker::service {
 
@@ -71,6 +72,10 @@ struct ServiceClientOptions {
   bool cross_trainer_cache = false;
   std::string trainer_id;
   std::string on_fall_behind = "recompute";
+  // Shared memory (docs/protocol.md): a worker on this host hands payloads over through a segment
+  // this process maps, instead of in the reply (the requests, acknowledgements and exactly-once
+  // bookkeeping stay the same). false: always in the reply (`stoker consume --no-shm`).
+  bool shared_memory = true;
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
   int64_t prefetch_bytes = int64_t{256} << 20;
@@ -109,6 +114,9 @@ struct ServiceClientStats {
   int64_t cache_hits = 0;
   int64_t cache_recomputed = 0;
   int64_t cache_skipped = 0;
+  // Elements (and their payload bytes) received through a worker's shared memory.
+  int64_t shm_elements = 0;
+  int64_t shm_bytes = 0;
   // Time inside GetNext (the trainer waited for data), and from a GetNext's return to the next
   // call (the trainer's own work): stall ratio = wait / (wait + between).
   double wait_seconds = 0;
@@ -167,6 +175,8 @@ class ServiceClient {
     int in_flight = 0;       // requests to this worker now
     std::chrono::steady_clock::time_point retry_at;  // after a failed request: not before
     std::chrono::milliseconds backoff{20};
+    std::shared_ptr<ShmMapping> shm;  // the worker's segment, once a response named one
+    bool shm_off = false;             // mapping it failed: payloads in the reply from now on
   };
   struct SplitProgress {
     std::set<int64_t> sequences;  // received
@@ -181,7 +191,7 @@ class ServiceClient {
     std::set<int64_t> delivered;  // sequence numbers
   };
   struct Item {
-    std::string payload;
+    Buffer payload;
     int64_t epoch = 0;
     bool last = false;   // last of its split
     bool empty = false;  // marks the end of a split that gave this consumer nothing
@@ -199,7 +209,8 @@ class ServiceClient {
   // In order with the reorder buffer full: a worker to ask, or null; sets *max_bytes.
   Fetcher* NextFetcherAtCap(int64_t* max_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an element received from `f`; returns false if it is a duplicate.
-  bool Accept(Fetcher* f, ElementData* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `payload` is the element's bytes (from the reply or the worker's shared memory).
+  bool Accept(Fetcher* f, ElementData* d, Buffer payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One element of `split` was delivered (or discarded): acknowledges the split once it is whole.
   void Delivered(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeAck(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -229,13 +240,14 @@ class ServiceClient {
   // Dynamic sharding: received elements by (split, sequence), the job's global order. Sharding
   // off: payloads in arrival order.
   std::map<std::pair<int64_t, int64_t>, Item> items_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> fifo_ ABSL_GUARDED_BY(mu_);
+  std::deque<Buffer> fifo_ ABSL_GUARDED_BY(mu_);
   int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // GetNext waits for an element that is not here: fetch past the prefetch budget.
   bool blocked_ ABSL_GUARDED_BY(mu_) = false;
   // The reorder buffer is full: when the last small request went out, and whether that was logged.
   std::chrono::steady_clock::time_point trickle_at_ ABSL_GUARDED_BY(mu_);
   bool cap_logged_ ABSL_GUARDED_BY(mu_) = false;
+  bool shm_logged_ ABSL_GUARDED_BY(mu_) = false;  // a worker's segment could not be mapped
   std::pair<int64_t, int64_t> expected_ ABSL_GUARDED_BY(mu_) = {0, 0};  // ordered: next to deliver
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // not yet acked

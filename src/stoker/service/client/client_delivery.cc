@@ -36,7 +36,7 @@ void ServiceClient::Delivered(int64_t split) {
   MaybeAck(split);
 }
 
-bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
+bool ServiceClient::Accept(Fetcher* f, ElementData* d, Buffer payload) {
   // Once per index of the worker's stream (a restart may send some again).
   if (d->index() < f->received_below || !f->received_above.insert(d->index()).second) return false;
   while (!f->received_above.empty() && *f->received_above.begin() == f->received_below) {
@@ -45,8 +45,8 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
   }
   if (d->split_id() < 0) {  // sharding off: each worker's stream is its own
     if (d->empty()) return true;
-    ready_bytes_ += static_cast<int64_t>(d->payload().size());
-    fifo_.push_back(std::move(*d->mutable_payload()));
+    ready_bytes_ += static_cast<int64_t>(payload.size());
+    fifo_.push_back(std::move(payload));
     return true;
   }
   // Once per (split, sequence): a split re-served by another worker yields the same elements.
@@ -78,7 +78,7 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d) {
     item.epoch = d->epoch();
     item.last = d->last();
     item.empty = empty;
-    if (!empty) item.payload = std::move(*d->mutable_payload());
+    if (!empty) item.payload = std::move(payload);
     ready_bytes_ += static_cast<int64_t>(item.payload.size());
     items_[{d->split_id(), d->sequence()}] = std::move(item);
   }
@@ -144,7 +144,7 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Durati
 }
 
 absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Duration wait) {
-  std::string payload;
+  Buffer payload;
   {
     absl::MutexLock lock(&mu_);
     auto deadline = absl::Now() + wait;

@@ -99,12 +99,25 @@ void ServiceClient::FetchLoop() {
     req.set_max_bytes(max_bytes);
     req.set_consumer_index(options_.consumer_index);
     req.set_trainer_id(options_.trainer_id);
+    std::vector<int64_t> released;  // slots of f's segment this client no longer uses
+    {
+      absl::MutexLock lock(&mu_);
+      if (options_.shared_memory && !f->shm_off) req.set_shm_host(ShmHostIdentity());
+      if (f->shm) {
+        released = f->shm->TakeReleased();
+        req.set_shm_segment(f->shm->id());
+        req.mutable_shm_released()->Add(released.begin(), released.end());
+      }
+    }
     GetElementsResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(10));
     grpc::Status s = f->stub->GetElements(&ctx, req, &resp);
     absl::MutexLock lock(&mu_);
     --f->in_flight;
+    // Releases the request may not have delivered go again (a second release is ignored).
+    if (!s.ok() && !released.empty() && f->shm && f->shm->id() == req.shm_segment())
+      f->shm->Requeue(released);
     if (!s.ok()) {
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
           s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
@@ -127,6 +140,30 @@ void ServiceClient::FetchLoop() {
     stats_.cache_hits += resp.cache_hits();
     stats_.cache_recomputed += resp.cache_recomputed();
     stats_.cache_skipped += resp.cache_skipped();
+    if (resp.has_shm() && (!f->shm || f->shm->id() != resp.shm().id())) {
+      const SharedMemorySegment& seg = resp.shm();
+      ShmSegmentInfo info;
+      info.id = seg.id();
+      info.pid = seg.pid();
+      info.fd = seg.fd();
+      info.size = static_cast<uint64_t>(seg.size());
+      info.inode = static_cast<uint64_t>(seg.inode());
+      auto mapped = ShmMapping::Open(info);
+      if (!mapped.ok()) {
+        // This response's payloads are lost to us: it is dropped, and the next request asks
+        // for them again, in the reply.
+        if (!shm_logged_)
+          SPDLOG_WARN(
+              "job {}: cannot map worker {}'s shared memory ({}); its payloads come in "
+              "the reply from now on",
+              job_id_, f->address, std::string(mapped.status().message()));
+        shm_logged_ = true;
+        f->shm_off = true;
+        f->restart = true;
+        continue;
+      }
+      f->shm = *std::move(mapped);
+    }
     for (ElementData& d : *resp.mutable_elements()) {
       // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
       // the consumer gets a clear error instead.
@@ -140,8 +177,28 @@ void ServiceClient::FetchLoop() {
         f->removed = true;
         break;
       }
+      Buffer payload;
+      if (d.shm_length() > 0) {
+        absl::StatusOr<Buffer> slot =
+            d.shm_offset() < 0 || !f->shm || f->shm->id() != resp.shm().id()
+                ? absl::DataLossError("no shared-memory segment named in the reply")
+                : f->shm->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
+                               static_cast<uint64_t>(d.shm_length()));
+        if (!slot.ok()) {
+          error_ = absl::DataLossError(StrCat("worker ", f->address, " sent element ", d.index(),
+                                              " of job ", job_id_,
+                                              " in shared memory: ", slot.status().message()));
+          f->removed = true;
+          break;
+        }
+        payload = *std::move(slot);
+        ++stats_.shm_elements;
+        stats_.shm_bytes += d.shm_length();
+      } else if (!d.payload().empty()) {
+        payload = Buffer::FromString(std::move(*d.mutable_payload()));
+      }
       if (d.split_id() >= 0) f->mid_split = !d.last();
-      if (!Accept(f, &d)) ++stats_.duplicates;
+      if (!Accept(f, &d, std::move(payload))) ++stats_.duplicates;
     }
     if (options_.sharding == "off" && resp.stream_end() >= 0 &&
         f->received_below >= resp.stream_end())

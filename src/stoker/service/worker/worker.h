@@ -40,6 +40,7 @@
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_server.h"
 #include "stoker/service/common/security.h"
+#include "stoker/service/common/shm_ring.h"
 
 namespace stoker::service {
 
@@ -66,6 +67,10 @@ struct WorkerOptions {
   // holds nothing (no element or split handed to it yet) is not kept between requests, and a
   // removed consumer's stream is dropped, so idle or invented ids leave no state behind.
   int max_clients_per_job = 1024;
+  // Shared memory (docs/protocol.md): a consumer on this host (same boot id and namespaces) that
+  // asks for it gets payloads through a segment of this many bytes, one per consumer and job,
+  // instead of in the reply (--shm-bytes; 0: never). A full segment sends the bytes inline.
+  int64_t shm_bytes = int64_t{256} << 20;
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.
   SecurityOptions security;
@@ -173,10 +178,13 @@ class Worker {
     std::map<int64_t, int64_t> owner;   // split id -> the client whose stream gets its elements
     std::set<int64_t> dropped_splits;   // their consumer was removed: discard their elements
     std::set<int64_t> removed_clients;  // already handled
-    std::set<int64_t> departed;         // coordinated: consumer indices that left
-    std::vector<int64_t> orphaned;      // splits to report to the dispatcher
-    int64_t buffered_bytes = 0;         // in every stream and in `unassigned`
-    bool producer_done = false;         // the task thread has returned
+    // Shared-memory segments by client id (dropped with the client, the task, or a request
+    // without shm_host).
+    std::map<int64_t, std::shared_ptr<ShmSegment>> shm;
+    std::set<int64_t> departed;     // coordinated: consumer indices that left
+    std::vector<int64_t> orphaned;  // splits to report to the dispatcher
+    int64_t buffered_bytes = 0;     // in every stream and in `unassigned`
+    bool producer_done = false;     // the task thread has returned
     // Its series in MetricsRegistry::Default() (labelled with the job), set before it starts.
     Counter* produced_elements = nullptr;
     Counter* produced_bytes = nullptr;
@@ -220,10 +228,15 @@ class Worker {
   // and stoker_worker_sent_bytes_total of the request's job and client; end-of-split markers and
   // skipped places are not elements) and serializes it (elements_response.h): `out` in order,
   // the fields set in `fields` (null: none), and the end of the stream.
+  // With `shm`, each payload goes into a slot of it when one is free (else inline).
   static grpc::ByteBuffer FinishResponse(const GetElementsRequest& req,
                                          const std::vector<Buffered>& out,
                                          const GetElementsResponse* fields, bool end_of_stream,
-                                         int64_t stream_end);
+                                         int64_t stream_end, ShmSegment* shm);
+  // The request's client's segment (made on its first request from this host), after applying
+  // its releases; null when the request does not ask for shared memory or it is off.
+  std::shared_ptr<ShmSegment> SharedMemoryFor(Task* task, const GetElementsRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FCFS: hands `stream` the next unassigned split, if any.
   bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.
@@ -259,7 +272,8 @@ class Worker {
   int64_t produced_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> busy_ns_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;            // no new splits
+  bool shm_failed_ ABSL_GUARDED_BY(mu_) = false;  // a segment could not be made: logged, off
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;    // no new splits
   bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop
 };
 

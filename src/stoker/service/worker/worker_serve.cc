@@ -2,11 +2,13 @@
 // it (dropping those it has received, assigning it the next unassigned split first come first
 // served), and, for a cross-trainer cache job, GetTrainerElements serves every trainer the task's
 // one log from its window, or recomputes (or skips) what a trainer behind the window missed.
-// FinishResponse counts what a reply sends and serializes it without copying payloads.
+// FinishResponse counts what a reply sends and serializes it without copying payloads, or, for a
+// consumer on this host, with the payloads in its shared-memory segment (common/shm_ring.h).
 #include <algorithm>
 #include <optional>
 #include <vector>
 
+#include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/pipeline.h"
@@ -33,6 +35,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
   }
   const int64_t max_bytes = req.max_bytes() > 0 ? req.max_bytes() : int64_t{8} << 20;
   std::vector<Buffered> copies;  // taken under the lock (cheap: metadata and a reference)
+  std::shared_ptr<ShmSegment> shm;
   bool end_of_stream = false;
   int64_t stream_end = -1;
   {
@@ -68,6 +71,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
             " consumers here, the most its --max-clients-per-job (", options_.max_clients_per_job,
             ") allows; restart the worker with a higher "
             "--max-clients-per-job"));
+      shm = SharedMemoryFor(task.get(), req);
       ++task->streams.try_emplace(key).first->second.requests;
       // Ends the request: a stream that holds nothing (no element, no split: e.g. an unknown or
       // invented client id) is not kept; a later request makes the same empty stream again.
@@ -128,14 +132,71 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
       }
     }
   }
-  *resp = FinishResponse(req, copies, /*fields=*/nullptr, end_of_stream, stream_end);
+  *resp = FinishResponse(req, copies, /*fields=*/nullptr, end_of_stream, stream_end, shm.get());
   return absl::OkStatus();
+}
+
+std::shared_ptr<ShmSegment> Worker::SharedMemoryFor(Task* task, const GetElementsRequest& req) {
+  auto it = task->shm.find(req.client_id());
+  const bool wanted = options_.shm_bytes > 0 && !req.shm_host().empty() &&
+                      req.shm_host() == ShmHostIdentity() &&
+                      !task->removed_clients.count(req.client_id());
+  if (!wanted) {
+    if (it != task->shm.end()) task->shm.erase(it);  // the client turned it off (or cannot map)
+    return nullptr;
+  }
+  if (it == task->shm.end()) {
+    if (shm_failed_) return nullptr;
+    auto made = ShmSegment::Create(static_cast<uint64_t>(options_.shm_bytes));
+    if (!made.ok()) {
+      shm_failed_ = true;
+      SPDLOG_WARN(
+          "worker {}: no shared memory for consumers on this host ({}); sending every "
+          "payload in the reply",
+          address_, std::string(made.status().message()));
+      return nullptr;
+    }
+    it = task->shm.emplace(req.client_id(), *std::move(made)).first;
+  }
+  if (req.shm_segment() == it->second->info().id)
+    for (int64_t id : req.shm_released()) it->second->Release(id);
+  return it->second;
 }
 
 grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
                                         const std::vector<Buffered>& out,
                                         const GetElementsResponse* fields, bool end_of_stream,
-                                        int64_t stream_end) {
+                                        int64_t stream_end, ShmSegment* shm) {
+  ElementsResponseBuilder builder;
+  int64_t shm_elements = 0, shm_bytes = 0, shm_full = 0;
+  for (const Buffered& b : out) {
+    if (shm != nullptr && b.payload.size > 0) {
+      if (auto slot = shm->Place(b.payload.pieces, b.payload.size)) {
+        ElementData meta = b.meta;
+        meta.set_shm_slot(slot->id);
+        meta.set_shm_offset(static_cast<int64_t>(slot->offset));
+        meta.set_shm_length(static_cast<int64_t>(b.payload.size));
+        builder.Add(meta, {});
+        ++shm_elements;
+        shm_bytes += static_cast<int64_t>(b.payload.size);
+        continue;
+      }
+      ++shm_full;
+    }
+    builder.Add(b.meta, b.payload.pieces);
+  }
+  if (shm_elements > 0) {
+    GetElementsResponse segment;
+    const ShmSegmentInfo& info = shm->info();
+    SharedMemorySegment* s = segment.mutable_shm();
+    s->set_id(info.id);
+    s->set_pid(info.pid);
+    s->set_fd(info.fd);
+    s->set_size(static_cast<int64_t>(info.size));
+    s->set_inode(static_cast<int64_t>(info.inode));
+    builder.AddFields(segment);
+  }
+  if (fields != nullptr) builder.AddFields(*fields);
   if (!out.empty()) {
     MetricsRegistry& metrics = MetricsRegistry::Default();
     const MetricLabels labels = {{"job_id", std::to_string(req.job_id())},
@@ -151,10 +212,22 @@ grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
         .Increment(static_cast<double>(elements));
     metrics.GetCounter("stoker_worker_sent_bytes_total", "Payload bytes sent to consumers", labels)
         .Increment(static_cast<double>(bytes));
+    if (shm != nullptr) {
+      metrics
+          .GetCounter("stoker_worker_shm_elements_total",
+                      "Elements handed to consumers through shared memory", labels)
+          .Increment(static_cast<double>(shm_elements));
+      metrics
+          .GetCounter("stoker_worker_shm_bytes_total",
+                      "Payload bytes handed to consumers through shared memory", labels)
+          .Increment(static_cast<double>(shm_bytes));
+      metrics
+          .GetCounter("stoker_worker_shm_full_total",
+                      "Elements sent inline because the consumer's shared-memory segment was full",
+                      labels)
+          .Increment(static_cast<double>(shm_full));
+    }
   }
-  ElementsResponseBuilder builder;
-  for (const Buffered& b : out) builder.Add(b.meta, b.payload.pieces);
-  if (fields != nullptr) builder.AddFields(*fields);
   return builder.Finish(end_of_stream, stream_end);
 }
 
@@ -214,6 +287,7 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
                " was removed by the dispatcher (it missed its heartbeats)"));
   };
   std::shared_ptr<Trainer> trainer;
+  std::shared_ptr<ShmSegment> shm;
   {
     absl::MutexLock lock(&mu_);
     if (task->removed_clients.count(req.client_id())) return removed();
@@ -223,6 +297,7 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
           "worker ", address_, ": job ", task->job_id, " has ", task->trainers.size(),
           " trainers here, the most its --max-clients-per-job (", options_.max_clients_per_job,
           ") allows; restart the worker with a higher --max-clients-per-job"));
+    shm = SharedMemoryFor(task.get(), req);
     std::shared_ptr<Trainer>& slot = task->trainers[req.client_id()];
     if (!slot) {
       slot = std::make_shared<Trainer>();
@@ -339,7 +414,7 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
   counts.set_cache_hits(hits);
   counts.set_cache_recomputed(recomputed);
   counts.set_cache_skipped(skipped);
-  *resp = FinishResponse(req, out, &counts, end_of_stream, stream_end);
+  *resp = FinishResponse(req, out, &counts, end_of_stream, stream_end, shm.get());
   return absl::OkStatus();
 }
 

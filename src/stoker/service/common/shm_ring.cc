@@ -1,0 +1,208 @@
+#include "stoker/service/common/shm_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "stoker/core/strings.h"
+
+namespace stoker::service {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+uint64_t RoundUp(uint64_t size) {
+  return (std::max<uint64_t>(size, 1) + ShmRing::kAlign - 1) / ShmRing::kAlign * ShmRing::kAlign;
+}
+
+std::atomic<int64_t> next_segment_id{1};
+
+}  // namespace
+
+std::optional<ShmRing::Slot> ShmRing::Allocate(uint64_t size) {
+  size = RoundUp(size);
+  if (size > capacity_) return std::nullopt;
+  uint64_t offset = 0;
+  if (entries_.empty()) {
+    head_ = 0;
+  } else {
+    const uint64_t tail = entries_.front().offset;  // the oldest slot still tracked
+    if (tail < head_) {
+      // Free: [head_, capacity_) and [0, tail).
+      if (head_ + size <= capacity_)
+        offset = head_;
+      else if (size <= tail)
+        offset = 0;
+      else
+        return std::nullopt;
+    } else {
+      // Wrapped: free is [head_, tail) (tail == head_: full).
+      if (head_ + size > tail) return std::nullopt;
+      offset = head_;
+    }
+  }
+  entries_.push_back({offset, size, false});
+  head_ = offset + size;
+  ++live_;
+  return Slot{first_id_ + static_cast<int64_t>(entries_.size()) - 1, offset};
+}
+
+bool ShmRing::Release(int64_t id) {
+  if (id < first_id_ || id - first_id_ >= static_cast<int64_t>(entries_.size())) return false;
+  Entry& e = entries_[static_cast<size_t>(id - first_id_)];
+  if (e.released) return false;
+  e.released = true;
+  --live_;
+  while (!entries_.empty() && entries_.front().released) {
+    entries_.pop_front();
+    ++first_id_;
+  }
+  return true;
+}
+
+uint64_t ShmRing::used() const {
+  if (entries_.empty()) return 0;
+  const uint64_t tail = entries_.front().offset;
+  return tail < head_ ? head_ - tail : capacity_ - tail + head_;
+}
+
+absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(uint64_t size) {
+  size = size / ShmRing::kAlign * ShmRing::kAlign;
+  if (size == 0) return absl::InvalidArgumentError("shared-memory segment of 0 bytes");
+  std::shared_ptr<ShmSegment> s(new ShmSegment(size));
+  const int fd = memfd_create("stoker-elements", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return absl::UnavailableError(StrCat("memfd_create: ", Errno()));
+  s->info_.fd = fd;  // closed by the destructor from here on
+  struct stat st {};
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0)
+    return absl::UnavailableError(StrCat("ftruncate of a memfd to ", size, " bytes: ", Errno()));
+  // The consumer maps it at this size: it must never shrink under its mapping (SIGBUS).
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return absl::UnavailableError(StrCat("sealing a memfd: ", Errno()));
+  if (fstat(fd, &st) != 0) return absl::UnavailableError(StrCat("fstat of a memfd: ", Errno()));
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    return absl::UnavailableError(StrCat("mmap of a ", size, "-byte memfd: ", Errno()));
+  s->base_ = static_cast<uint8_t*>(base);
+  s->info_.id = next_segment_id.fetch_add(1);
+  s->info_.pid = getpid();
+  s->info_.size = size;
+  s->info_.inode = st.st_ino;
+  return s;
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_ != nullptr) munmap(base_, info_.size);
+  if (info_.fd >= 0) close(static_cast<int>(info_.fd));
+}
+
+std::optional<ShmRing::Slot> ShmSegment::Place(const std::vector<Buffer>& pieces, uint64_t size) {
+  std::optional<ShmRing::Slot> slot;
+  {
+    absl::MutexLock lock(&mu_);
+    slot = ring_.Allocate(size);
+  }
+  if (!slot) return std::nullopt;
+  uint8_t* out = base_ + slot->offset;  // the slot is this caller's until it is released
+  for (const Buffer& b : pieces) {
+    if (b.size() > 0) std::memcpy(out, b.data(), b.size());
+    out += b.size();
+  }
+  return slot;
+}
+
+void ShmSegment::Release(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  ring_.Release(id);
+}
+
+size_t ShmSegment::live_slots() const {
+  absl::MutexLock lock(&mu_);
+  return ring_.live();
+}
+
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmMapping::Open(const ShmSegmentInfo& info) {
+  const std::string path = StrCat("/proc/", info.pid, "/fd/", info.fd);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return absl::UnavailableError(StrCat("opening the worker's shared memory ", path, ": ", Errno(),
+                                         " (another user's process, or another PID "
+                                         "namespace?)"));
+  struct stat st {};
+  const bool same = fstat(fd, &st) == 0 && st.st_ino == info.inode &&
+                    static_cast<uint64_t>(st.st_size) == info.size;
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (!same || seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    close(fd);
+    return absl::UnavailableError(StrCat(path, " is not the worker's sealed segment (inode ",
+                                         st.st_ino, ", expected ", info.inode, ")"));
+  }
+  void* base = mmap(nullptr, info.size, PROT_READ, MAP_SHARED, fd, 0);
+  const std::string error = Errno();
+  close(fd);  // the mapping keeps the memory
+  if (base == MAP_FAILED) return absl::UnavailableError(StrCat("mmap of ", path, ": ", error));
+  std::shared_ptr<ShmMapping> m(new ShmMapping(info));
+  m->base_ = static_cast<const uint8_t*>(base);
+  return m;
+}
+
+ShmMapping::~ShmMapping() {
+  if (base_ != nullptr) munmap(const_cast<uint8_t*>(base_), info_.size);
+}
+
+absl::StatusOr<Buffer> ShmMapping::Slot(int64_t id, uint64_t offset, uint64_t length) {
+  if (offset > info_.size || length > info_.size - offset)
+    return absl::DataLossError(StrCat("slot ", id, " [", offset, ", +", length,
+                                      ") is outside the worker's ", info_.size,
+                                      "-byte shared-memory segment"));
+  struct Hold {
+    Hold(std::shared_ptr<ShmMapping> m, int64_t i) : mapping(std::move(m)), id(i) {}
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    std::shared_ptr<ShmMapping> mapping;
+    int64_t id;
+    ~Hold() {
+      absl::MutexLock lock(&mapping->mu_);
+      mapping->released_.push_back(id);
+    }
+  };
+  auto hold = std::make_shared<const Hold>(shared_from_this(), id);
+  return Buffer::Wrap(std::move(hold), base_ + offset, length);
+}
+
+std::vector<int64_t> ShmMapping::TakeReleased() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(released_, {});
+}
+
+void ShmMapping::Requeue(const std::vector<int64_t>& ids) {
+  absl::MutexLock lock(&mu_);
+  released_.insert(released_.end(), ids.begin(), ids.end());
+}
+
+const std::string& ShmHostIdentity() {
+  static const std::string identity = [] {
+    std::ifstream boot("/proc/sys/kernel/random/boot_id");
+    std::string id;
+    if (!std::getline(boot, id) || id.empty()) return std::string();
+    for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
+      char link[128];
+      const ssize_t n = readlink(ns, link, sizeof(link));
+      if (n <= 0) return std::string();
+      id += ' ';
+      id.append(link, static_cast<size_t>(n));
+    }
+    return id;
+  }();
+  return identity;
+}
+
+}  // namespace stoker::service

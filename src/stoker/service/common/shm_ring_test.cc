@@ -1,0 +1,135 @@
+#include "stoker/service/common/shm_ring.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <string>
+
+namespace stoker::service {
+namespace {
+
+TEST(ShmRing, AllocatesInOrderAndReusesReleasedSpace) {
+  ShmRing ring(1024);
+  auto a = ring.Allocate(100);  // rounded up to 128
+  auto b = ring.Allocate(64);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_EQ(b->offset, 128u);
+  EXPECT_NE(a->id, b->id);
+  EXPECT_EQ(ring.used(), 192u);
+  EXPECT_TRUE(ring.Release(a->id));
+  EXPECT_FALSE(ring.Release(a->id));  // twice: ignored
+  EXPECT_FALSE(ring.Release(999));    // unknown: ignored
+  EXPECT_EQ(ring.live(), 1u);
+  EXPECT_TRUE(ring.Release(b->id));
+  EXPECT_EQ(ring.live(), 0u);
+  EXPECT_EQ(ring.tracked(), 0u);
+  auto c = ring.Allocate(1024);  // the whole ring again once empty
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->offset, 0u);
+}
+
+TEST(ShmRing, FullUntilTheOldestIsReleasedThenWraps) {
+  ShmRing ring(1024);
+  auto a = ring.Allocate(512);
+  auto b = ring.Allocate(256);
+  auto c = ring.Allocate(256);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_FALSE(ring.Allocate(64));  // full: the caller sends the bytes inline
+  // Released out of order: b's space waits behind a (the oldest).
+  EXPECT_TRUE(ring.Release(b->id));
+  EXPECT_FALSE(ring.Allocate(64));
+  EXPECT_TRUE(ring.Release(a->id));  // a and b free: [0, 768) reusable
+  auto d = ring.Allocate(700);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->offset, 0u);          // wrapped
+  EXPECT_FALSE(ring.Allocate(128));  // [768, 1024) is c's; [704, 768) is too small
+  auto e = ring.Allocate(64);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->offset, 704u);
+  EXPECT_FALSE(ring.Allocate(2048));  // larger than the ring: never
+}
+
+TEST(ShmRing, NoGrowthOverTenThousandElements) {
+  ShmRing ring(uint64_t{1} << 20);
+  std::deque<ShmRing::Slot> held;  // a consumer holding up to 8 elements, releasing in order
+  int fallbacks = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const uint64_t size = 1000 + static_cast<uint64_t>(i % 7) * 20000;
+    auto slot = ring.Allocate(size);
+    if (!slot) {
+      ++fallbacks;
+    } else {
+      held.push_back(*slot);
+    }
+    if (held.size() > 8) {
+      EXPECT_TRUE(ring.Release(held.front().id));
+      held.pop_front();
+    }
+    EXPECT_LE(ring.tracked(), 9u);
+    EXPECT_LE(ring.used(), ring.capacity());
+  }
+  EXPECT_EQ(fallbacks, 0);
+  while (!held.empty()) {
+    EXPECT_TRUE(ring.Release(held.front().id));
+    held.pop_front();
+  }
+  EXPECT_EQ(ring.tracked(), 0u);
+}
+
+TEST(ShmSegment, ConsumerMapsWhatTheWorkerPlacedAndReleasesWhenDone) {
+  auto segment = ShmSegment::Create(4096);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  const ShmSegmentInfo& info = (*segment)->info();
+  EXPECT_EQ(info.pid, getpid());
+  std::vector<Buffer> pieces = {Buffer::Copy("hello "), Buffer::Copy("shared memory")};
+  auto slot = (*segment)->Place(pieces, 19);
+  ASSERT_TRUE(slot);
+  auto mapping = ShmMapping::Open(info);
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  {
+    auto bytes = (*mapping)->Slot(slot->id, slot->offset, 19);
+    ASSERT_TRUE(bytes.ok());
+    Buffer copy = bytes->Slice(6, 6);
+    EXPECT_EQ(bytes->view(), "hello shared memory");
+    EXPECT_TRUE((*mapping)->TakeReleased().empty());  // still referenced
+    *bytes = Buffer();
+    EXPECT_EQ(copy.view(), "shared");
+  }
+  const std::vector<int64_t> released = (*mapping)->TakeReleased();
+  ASSERT_EQ(released, std::vector<int64_t>{slot->id});
+  EXPECT_EQ((*segment)->live_slots(), 1u);
+  (*segment)->Release(released[0]);
+  EXPECT_EQ((*segment)->live_slots(), 0u);
+  // A slot the segment cannot hold is refused, as is a range outside it.
+  EXPECT_FALSE((*segment)->Place({Buffer::Copy(std::string(8192, 'x'))}, 8192));
+  EXPECT_FALSE((*mapping)->Slot(1, 4000, 200).ok());
+  // Another inode at that path (the segment was replaced): refused.
+  ShmSegmentInfo wrong = info;
+  wrong.inode += 1;
+  EXPECT_FALSE(ShmMapping::Open(wrong).ok());
+}
+
+TEST(ShmSegment, MappedBytesOutliveTheWorkersSegment) {
+  auto segment = ShmSegment::Create(4096);
+  ASSERT_TRUE(segment.ok());
+  auto slot = (*segment)->Place({Buffer::Copy("kept")}, 4);
+  ASSERT_TRUE(slot);
+  auto mapping = ShmMapping::Open((*segment)->info());
+  ASSERT_TRUE(mapping.ok());
+  auto bytes = (*mapping)->Slot(slot->id, slot->offset, 4);
+  ASSERT_TRUE(bytes.ok());
+  segment->reset();  // the worker is gone (its fd closed, its mapping unmapped)
+  mapping->reset();  // the consumer's handle, but not the element it holds
+  EXPECT_EQ(bytes->view(), "kept");
+}
+
+TEST(ShmHostIdentity, NamesBootAndNamespaces) {
+  const std::string& id = ShmHostIdentity();
+  EXPECT_NE(id.find("net:["), std::string::npos) << id;
+  EXPECT_NE(id.find("pid:["), std::string::npos) << id;
+}
+
+}  // namespace
+}  // namespace stoker::service

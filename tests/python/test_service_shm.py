@@ -1,0 +1,92 @@
+"""The shared-memory hand-off (docs/protocol.md, "Shared memory") with real processes: a consumer on
+the workers' host receives payloads through their segments, every key exactly once with the
+in-process bytes, across a worker killed with SIGKILL mid-epoch; the same with it turned off."""
+import json
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+import stoker
+from conftest import converted_images
+from service_cluster import Cluster
+from test_service_order import keys_and_bytes, slow_image_spec, wait_for_workers
+
+pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
+                                reason="built without the service")
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory, stoker_bin, make_images_bin):
+    return converted_images(tmp_path_factory.mktemp("shm-data"), stoker_bin, make_images_bin, 100)
+
+
+def dev_shm():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_exactly_once_with_a_killed_worker(many_shards, stoker_bin, tmp_path, shared_memory):
+    pipe = stoker.Pipeline.from_spec(slow_image_spec(many_shards))
+    local = keys_and_bytes(pipe.iterator(epoch=0))
+    before = dev_shm()
+    with Cluster(stoker_bin, tmp_path / "c", worker_timeout_ms=1000) as cluster:
+        for _ in range(2):
+            cluster.add_worker("--threads", "1")
+        wait_for_workers(cluster, 2)
+        served = pipe.distribute(dispatcher=cluster.address, shared_memory=shared_memory)
+        it = iter(served)
+        first = next(it)  # kept: with shared memory, a read-only view of a worker's segment
+        cluster.workers[1].send_signal(signal.SIGKILL)
+        rest = list(it)
+        stats = it.stats()
+        got = keys_and_bytes([first] + rest)  # `first` is read after its worker may be gone
+        served.close()
+        assert cluster.wait_for_log(r"worker \d+ \(.*\) missed its heartbeats", 10), cluster.log()
+        # The killed worker had produced part of the epoch (it was not idle when killed).
+        assert re.search(r"leasing its splits again", cluster.log()), cluster.log()
+    assert got == local, "keys or bytes differ from in-process"
+    if shared_memory:
+        assert stats["shm_elements"] > 0, stats
+        assert stats["shm_bytes"] > 0, stats
+        assert not first["jpg"].flags.writeable
+    else:
+        assert stats["shm_elements"] == 0, stats
+    assert dev_shm() - before == set(), "shared memory left behind in /dev/shm"
+
+
+def test_cli_consume_uses_shared_memory_unless_told_not_to(stoker_bin, tmp_path):
+    spec = tmp_path / "spec.json"
+    # 3,000 elements of 2 KiB: a sample's bytes depend on its key (cast of the key's digits).
+    spec.write_text(json.dumps({"source": {"range": 3000},
+                                "ops": [{"op": "shuffle", "seed": 3}, {"op": "batch", "size": 4}]}))
+    r = subprocess.run([stoker_bin, "run", str(spec), "--print-keys"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    expected = r.stdout.split()
+    with Cluster(stoker_bin, tmp_path / "cli") as cluster:
+        cluster.add_worker()
+        wait_for_workers(cluster, 1)
+        for extra, shm in (([], True), (["--no-shm"], False)):
+            r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                                "--print-keys", *extra], capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.split() == expected, extra
+            line = re.search(r"shared memory: (\d+) elements", r.stderr)
+            if shm:
+                assert line and int(line.group(1)) == 750, r.stderr
+            else:
+                assert line is None, r.stderr
+        # A worker with --shm-bytes 0 sends every payload in its replies.
+        cluster.add_worker("--shm-bytes", "0")
+        wait_for_workers(cluster, 2)
+        cluster.workers[0].send_signal(signal.SIGTERM)
+        cluster.workers[0].wait(timeout=20)
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                            "--print-keys"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == expected
+        assert "shared memory:" not in r.stderr, r.stderr
