@@ -214,7 +214,8 @@ def in_process(ctx, spec, max_elements=None):
 
 
 def consume(ctx, cluster, spec, max_elements=None):
-    cmd = [ctx.stoker, "consume", "--dispatcher", cluster.address, spec]
+    # Over TCP, as from a remote worker (service_shm.py measures the shared-memory hand-off).
+    cmd = [ctx.stoker, "consume", "--dispatcher", cluster.address, spec, "--no-shm"]
     if max_elements:
         cmd += ["--max-elements", str(max_elements)]
     return run_measured(cmd, CONSUME_LINE)
@@ -476,6 +477,11 @@ def report(ctx, p4_rows, p5_rows, p5_single, p5_count, disp_rows, load_before, l
         "that times the ratio of the busy cores each side gets, so it reaches 0.85 only when the "
         f"service gets {0.85 / mib['ratio_cpu']:.1f}x the cores the in-process run gets (see the "
         "load note).",
+        "- Every service run here passes `stoker consume --no-shm`: payloads go over loopback "
+        "TCP, as from a worker on another host. With the shared-memory hand-off that a worker on "
+        "the consumer's host uses by default, see `service_shm.md` "
+        "(`bench/suites/service_shm.py`): 1 MiB elements in-process, over TCP and through shared "
+        "memory, side by side.",
         f"- 1 KiB elements through the service: **{kib['svc_e2e']:.0f} elements/s** end to end, "
         f"**{kib['svc_steady']:.0f}** steady. Goal >= 50,000/s: "
         f"**{'met' if kib['svc_e2e'] >= 50000 else 'missed'}**.",
