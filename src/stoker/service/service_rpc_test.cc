@@ -7,6 +7,8 @@
 // reporting are tested in service_rpc_limits_test.cc.
 //
 // No LABELS: it runs in the plain and the ASan+UBSan builds.
+#include <unistd.h>
+
 #include <random>
 #include <vector>
 
@@ -261,6 +263,59 @@ TEST_F(ServiceRpcTest, AWorkerSendingHostileElementsCannotCrashAClient) {
                             {1, kMaxInt, 0, false, false, std::string(64, '\xff')},
                             {2, -1, kMaxInt, false, false, ""},
                             {3, 2, kMinInt, true, false, ""}});
+}
+
+// Hostile shared-memory fields (docs/protocol.md, "Shared memory"): a slot without a segment,
+// a segment that is not the worker's memfd (this process's stdin), a slot outside the segment.
+TEST_F(ServiceRpcTest, AWorkerSendingHostileSharedMemoryCannotCrashAClient) {
+  for (int variant = 0; variant < 3; ++variant) {
+    FakeWorker fake(StrCat("127.0.0.1:", dispatcher_->port()), [variant] {
+      GetElementsResponse resp;
+      ElementData* d = resp.add_elements();
+      d->set_split_id(0);
+      d->set_last(true);
+      d->set_shm_slot(1);
+      d->set_shm_offset(variant == 2 ? kMaxInt : 0);
+      d->set_shm_length(variant == 2 ? kMaxInt : 100);
+      if (variant > 0) {
+        SharedMemorySegment* seg = resp.mutable_shm();
+        seg->set_id(1);
+        seg->set_pid(getpid());
+        seg->set_fd(0);
+        seg->set_size(int64_t{1} << 20);
+        seg->set_inode(1);
+      }
+      return resp.SerializeAsString();
+    });
+    absl::Status status;
+    int64_t delivered = 0;
+    WithinDeadline(60s, "a client of a worker sending hostile shared memory", [&] {
+      ServiceClientOptions o;
+      o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
+      o.dispatcher_patience = 20000ms;
+      auto client = ServiceClient::Open(o, RangeSpec(300));
+      if (!client.ok()) {
+        status = client.status();
+        return;
+      }
+      while (true) {
+        auto e = (*client)->GetNext();
+        if (!e.ok()) {
+          status = e.status();
+          return;
+        }
+        if (!e->has_value()) return;
+        ++delivered;
+      }
+    });
+    // Never a payload from outside a mapped segment: a clear error (or, if the real worker served
+    // the whole job first, its samples and nothing more).
+    if (!status.ok()) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << "variant " << variant << status;
+    } else {
+      EXPECT_EQ(delivered, 300) << "variant " << variant;
+    }
+  }
 }
 
 // (The client once computed last sequence + 1 unchecked: UB; fixed in 43e09f5.)

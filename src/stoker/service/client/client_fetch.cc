@@ -140,6 +140,15 @@ void ServiceClient::FetchLoop() {
     stats_.cache_hits += resp.cache_hits();
     stats_.cache_recomputed += resp.cache_recomputed();
     stats_.cache_skipped += resp.cache_skipped();
+    if (resp.has_shm() && (!options_.shared_memory || f->shm_off)) {
+      // This request did not offer shared memory: a worker that uses it anyway is broken.
+      error_ = absl::DataLossError(StrCat("worker ", f->address,
+                                          " answered with shared memory a request that did not "
+                                          "offer it (job ",
+                                          job_id_, "); is it running the same stoker version?"));
+      f->removed = true;
+      continue;
+    }
     if (resp.has_shm() && (!f->shm || f->shm->id() != resp.shm().id())) {
       const SharedMemorySegment& seg = resp.shm();
       ShmSegmentInfo info;
