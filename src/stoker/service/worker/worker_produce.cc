@@ -417,29 +417,28 @@ absl::Status Worker::RunDynamic(Task* task) {
         return Annotate(part.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
                                               " [", resp.begin(), ", ", resp.end(), ")"));
       if (!push(*part ? &**part : nullptr, true)) return absl::OkStatus();
-      task->splits_done->Increment();
-      continue;
-    }
-    while (true) {
-      auto busy_from = Clock::now();
-      auto next = it->GetNext();
-      AddBusy(task, Clock::now() - busy_from);
-      if (!next.ok())
-        return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
-                                              " [", resp.begin(), ", ", resp.end(), ")"));
-      if (!next->has_value()) break;
-      if (task->num_consumers > 0) {
-        int64_t bucket = buckets.BucketOf(**next);
-        round_elements.emplace_back(EncodeElementPieces(**next, task->compression), bucket);
-        continue;
+    } else {
+      while (true) {
+        auto busy_from = Clock::now();
+        auto next = it->GetNext();
+        AddBusy(task, Clock::now() - busy_from);
+        if (!next.ok())
+          return Annotate(next.status(), StrCat("job ", task->job_id, " split ", resp.split_id(),
+                                                " [", resp.begin(), ", ", resp.end(), ")"));
+        if (!next->has_value()) break;
+        if (task->num_consumers > 0) {
+          int64_t bucket = buckets.BucketOf(**next);
+          round_elements.emplace_back(EncodeElementPieces(**next, task->compression), bucket);
+          continue;
+        }
+        if (prev && !push(&*prev, false)) return absl::OkStatus();
+        prev = std::move(**next);
       }
-      if (prev && !push(&*prev, false)) return absl::OkStatus();
-      prev = std::move(**next);
-    }
-    if (task->num_consumers > 0) {
-      if (!PushRounds(task, resp, std::move(round_elements))) return absl::OkStatus();
-    } else if (!push(prev ? &*prev : nullptr, true)) {
-      return absl::OkStatus();
+      if (task->num_consumers > 0) {
+        if (!PushRounds(task, resp, std::move(round_elements))) return absl::OkStatus();
+      } else if (!push(prev ? &*prev : nullptr, true)) {
+        return absl::OkStatus();
+      }
     }
     task->splits_done->Increment();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
