@@ -17,6 +17,10 @@ def rank_share(n, rank, world_size):
 
 
 def elements_per_epoch(spec, source_size, rank=0, world_size=1):
+    if source_size is None and spec.get("source", {}).get("wait"):
+        raise TypeError("len() is unknown: the source is a snapshot read while it is written "
+                        "(wait=True), whose size is known only once it is complete; iterate "
+                        "instead, or read it without wait once `stoker snapshot` has finished")
     if source_size is None:
         raise TypeError("len() is unknown: the source is a stream of .tar/.tfrecord files, whose "
                         "sample count is not known without reading them all; iterate instead, or "

@@ -116,6 +116,8 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
     assert stoker.dataset(dst, wait=True, wait_timeout_s=5).spec["source"] == {
         "dataset": dst, "wait": True, "wait_timeout_s": 5}
     assert sum(len(e["__keys__"]) for e in stoker.dataset(dst, wait=True)) == 300
+    with pytest.raises(TypeError, match="snapshot read while it is written"):
+        len(stoker.dataset(dst, wait=True))
     assert collections.Counter(got) == collections.Counter(local)
     keys = [k for (ks, name, *_rest) in got if name == "jpg" for k in ks]
     assert len(keys) == len(set(keys)) == 300
