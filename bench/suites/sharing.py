@@ -85,9 +85,10 @@ dispatcher and 2 workers, fresh per run; medians of {RUNS} runs.
 {rows}
 
 Batches recomputed for trainers behind a worker's window (cache runs): {", ".join(str(r[2]) for r in results["cache"])}.
-The workers' CPU includes sending each trainer its copy of every batch (a 32 x 3 x 224 x 224
-float32 batch is 19 MB, so 4 trainers cost 4 sends per batch in both modes): what the cache saves
-is the decoding and cropping of 3 of the 4 copies.
+The workers' CPU includes handing each trainer its copy of every batch (a 32 x 3 x 224 x 224
+float32 batch is 19 MB, so 4 trainers cost 4 copies per batch in both modes; the trainers run on
+the workers' host, so each copy goes into that trainer's shared-memory ring, not a socket): what
+the cache saves is the decoding and cropping of 3 of the 4 copies.
 
 Worker CPU with the cross-trainer cache: **{ratio:.2f}x** that of the separate jobs (goal <= 0.35x:
 {"met" if ratio <= 0.35 else "not met"}).
