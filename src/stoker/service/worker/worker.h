@@ -69,7 +69,8 @@ struct WorkerOptions {
   int max_clients_per_job = 1024;
   // Shared memory (docs/protocol.md): a consumer on this host (same boot id and namespaces) that
   // asks for it gets payloads through a segment of this many bytes, one per consumer and job,
-  // instead of in the reply (--shm-bytes; 0: never). A full segment sends the bytes inline.
+  // instead of in the reply (--shm-bytes; 0: never). A full segment sends the bytes inline. A
+  // task makes at most max_clients_per_job segments; later consumers get the bytes inline.
   int64_t shm_bytes = int64_t{256} << 20;
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.

@@ -146,7 +146,11 @@ std::shared_ptr<ShmSegment> Worker::SharedMemoryFor(Task* task, const GetElement
     return nullptr;
   }
   if (it == task->shm.end()) {
-    if (shm_failed_) return nullptr;
+    // One segment per consumer, at most --max-clients-per-job of them per task (invented client
+    // ids get no stream kept, and no segment beyond that bound either).
+    if (shm_failed_ || (options_.max_clients_per_job > 0 &&
+                        static_cast<int64_t>(task->shm.size()) >= options_.max_clients_per_job))
+      return nullptr;
     auto made = ShmSegment::Create(static_cast<uint64_t>(options_.shm_bytes));
     if (!made.ok()) {
       shm_failed_ = true;
