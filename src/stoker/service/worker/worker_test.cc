@@ -108,6 +108,65 @@ TEST_F(WorkerStreamTest, CursorRestartDropAndEnd) {
   EXPECT_EQ(Indices(Get(kSamples - 1, true)), std::vector<int64_t>{kSamples - 1});
 }
 
+// A consumer on this host (docs/protocol.md, "Shared memory"): the same elements, their payloads
+// in the worker's segment; released slots are reused, so 12,000 elements pass through it without
+// its use growing; a request without shm_host gets the bytes inline again.
+TEST_F(WorkerStreamTest, SharedMemoryHandsTheSameBytesAndReusesReleasedSlots) {
+  WaitForStreamEnd();
+  GetElementsResponse inline_resp = Get(0, true, int64_t{1} << 20);
+  ASSERT_EQ(inline_resp.elements_size(), kSamples);
+  EXPECT_FALSE(inline_resp.has_shm());
+  std::shared_ptr<ShmMapping> mapping;
+  std::vector<int64_t> released;
+  int64_t segment = 0;
+  for (int round = 0; round < 300; ++round) {
+    GetElementsRequest req;
+    req.set_job_id(job_);
+    req.set_client_id(7);
+    req.set_max_bytes(int64_t{1} << 20);
+    req.set_restart(true);  // the whole stream again
+    req.set_shm_host(ShmHostIdentity());
+    req.set_shm_segment(segment);
+    req.mutable_shm_released()->Add(released.begin(), released.end());
+    grpc::ByteBuffer reply;
+    ASSERT_TRUE(worker_->GetElements(req, &reply).ok());
+    GetElementsResponse resp = Parse(reply);
+    ASSERT_EQ(resp.elements_size(), kSamples) << "round " << round;
+    ASSERT_TRUE(resp.has_shm());
+    if (!mapping) {
+      ShmSegmentInfo info;
+      info.id = resp.shm().id();
+      info.pid = resp.shm().pid();
+      info.fd = resp.shm().fd();
+      info.size = static_cast<uint64_t>(resp.shm().size());
+      info.inode = static_cast<uint64_t>(resp.shm().inode());
+      auto m = ShmMapping::Open(info);
+      ASSERT_TRUE(m.ok()) << m.status();
+      mapping = *m;
+      segment = info.id;
+    }
+    ASSERT_EQ(resp.shm().id(), segment);
+    for (int i = 0; i < kSamples; ++i) {
+      const ElementData& d = resp.elements(i);
+      ASSERT_TRUE(d.payload().empty());
+      ASSERT_GT(d.shm_length(), 0);
+      // Every slot released before this round: the ring starts again at 0 (no growth).
+      if (i == 0) ASSERT_EQ(d.shm_offset(), 0) << "round " << round;
+      auto bytes = mapping->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
+                                 static_cast<uint64_t>(d.shm_length()));
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      ASSERT_EQ(bytes->view(), inline_resp.elements(i).payload()) << "element " << i;
+    }  // each Buffer released here
+    released = mapping->TakeReleased();
+    ASSERT_EQ(released.size(), static_cast<size_t>(kSamples));
+  }
+  // Without shm_host (the client turned it off): inline bytes again.
+  GetElementsResponse again = Get(0, true, int64_t{1} << 20);
+  ASSERT_EQ(again.elements_size(), kSamples);
+  EXPECT_FALSE(again.has_shm());
+  EXPECT_EQ(again.elements(0).payload(), inline_resp.elements(0).payload());
+}
+
 TEST_F(WorkerStreamTest, NegativeIndexAndUnknownJob) {
   GetElementsRequest req;
   req.set_job_id(job_);
