@@ -9,13 +9,14 @@
 #
 #   scripts/fuzz-long.sh [BUILD]        BUILD: the clang fuzz build (default build-fuzz)
 #   FUZZ_ONLY="tar_fuzzer image_fuzzer" limits the campaign to those targets.
+#   FUZZ_REPORT=FILE writes the figures there instead (for campaigns run side by side).
 set -euo pipefail
 build=${1:-build-fuzz}
 runs=${FUZZ_RUNS:-10000000}
 seconds=${FUZZ_LONG_SECONDS:-1800}
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$build/fuzz-long
-report=$src/bench/results/fuzz.md
+report=${FUZZ_REPORT:-$src/bench/results/fuzz.md}
 mkdir -p "$out"
 mapfile -t names < <(find "$src/src" -name '*_fuzzer.cc' -printf '%f\n' | sed 's/\.cc$//' | sort)
 if [[ -n ${FUZZ_ONLY:-} ]]; then read -r -a names <<<"$FUZZ_ONLY"; fi
@@ -35,14 +36,18 @@ for name in "${names[@]}"; do
   start=$(date +%s)
   status=ok
   # -print_final_stats prints stat::number_of_executed_units; the seeds are read, not written.
-  if ! "$f" -runs="$runs" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=25 \
+  # The CPU time it got too: a campaign run at low priority beside builds gets less than its wall
+  # time.
+  TIMEFORMAT='%U %S'
+  if ! { time "$f" -runs="$runs" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=25 \
       -print_final_stats=1 -artifact_prefix="$work/" "$work/found" "${seed_dirs[@]}" \
-      >"$work/run.log" 2>&1; then
+      >"$work/run.log" 2>&1; } 2>"$work/cpu"; then
     status="FAILED (see $work/run.log)"
     failed=1
     tail -30 "$work/run.log"
   fi
   elapsed=$(($(date +%s) - start))
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$work/cpu" 2>/dev/null || echo "?")
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/run.log" | tail -1 | awk '{print $2}')
   cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$work/run.log" | tail -1)
   # Keep what adds coverage to the seeds (not after a failure: fix it first).
@@ -53,8 +58,8 @@ for name in "${names[@]}"; do
   fi
   after=$(find "$seeds" -type f 2>/dev/null | wc -l)
   size=$(( $(du -sb "$seeds" 2>/dev/null | cut -f1 || echo 0) / 1024 ))
-  rows+=("| $name | ${execs:-?} | $elapsed | ${cov:-?} | $before → $after ($size KiB) | $status |")
-  echo "fuzz-long: $name: ${execs:-?} executions in ${elapsed}s, ${cov:-?}, corpus $before -> $after, $status"
+  rows+=("| $name | ${execs:-?} | $elapsed | $cpu | ${cov:-?} | $before → $after ($size KiB) | $status |")
+  echo "fuzz-long: $name: ${execs:-?} executions in ${elapsed}s (${cpu} CPU-s), ${cov:-?}, corpus $before -> $after, $status"
 done
 
 {
@@ -64,8 +69,8 @@ done
        "$(git -C "$src" rev-parse --short HEAD): each target until $runs executions or ${seconds} s." \
        "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores, shared)."
   echo
-  echo "| target | executions | seconds | coverage (edges, features) | corpus (seeds → minimized) | result |"
-  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "| target | executions | seconds | CPU seconds | coverage (edges, features) | corpus (seeds → minimized) | result |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${rows[@]}"
 } >"$report"
 echo "fuzz-long: results in $report"
