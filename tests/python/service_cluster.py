@@ -63,6 +63,10 @@ class Cluster:
         with open(self.dispatcher_log, errors="replace") as f:
             return f.read()
 
+    def wait_for_workers(self, n, timeout=20):
+        """Waits until worker n has joined (the dispatcher's log says so); fails the test if not."""
+        assert self.wait_for_log(rf"worker {n} (joined )?at ", timeout), self.log()
+
     def wait_for_log(self, pattern, timeout):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -95,3 +99,21 @@ def rss_bytes(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def slow_image_spec(url):
+    """Shuffled decode with random crops and flips (the bytes depend on seed, epoch and sample),
+    made slow on purpose (an upscale) so that a worker killed early in a job still had work to
+    lose."""
+    return {
+        "seed": 11,
+        "source": {"dataset": url},
+        "ops": [
+            {"op": "shuffle", "seed": 5},
+            {"op": "decode_image", "field": "jpg"},
+            {"op": "resize", "field": "jpg", "size": [384, 384]},
+            {"op": "random_resized_crop", "field": "jpg", "size": [24, 24]},
+            {"op": "flip", "field": "jpg", "p": 0.5},
+            {"op": "batch", "size": 4},
+        ],
+    }

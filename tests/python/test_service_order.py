@@ -13,7 +13,7 @@ import pytest
 
 import stoker
 from conftest import converted_images
-from service_cluster import Cluster
+from service_cluster import Cluster, slow_image_spec
 
 pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
                                 reason="built without the service")
@@ -26,29 +26,8 @@ def many_shards(tmp_path_factory, stoker_bin, make_images_bin):
                             100)
 
 
-def slow_image_spec(url):
-    """Random crops and flips (the bytes depend on seed, epoch and sample), made slow on purpose
-    (an upscale) so that a worker killed after the first batch still had work to lose."""
-    return {
-        "seed": 11,
-        "source": {"dataset": url},
-        "ops": [
-            {"op": "shuffle", "seed": 5},
-            {"op": "decode_image", "field": "jpg"},
-            {"op": "resize", "field": "jpg", "size": [384, 384]},
-            {"op": "random_resized_crop", "field": "jpg", "size": [24, 24]},
-            {"op": "flip", "field": "jpg", "p": 0.5},
-            {"op": "batch", "size": 4},
-        ],
-    }
-
-
 def keys_and_bytes(batches):
     return [(tuple(b["__keys__"]), b["jpg"].tobytes()) for b in batches]
-
-
-def wait_for_workers(cluster, n):
-    assert cluster.wait_for_log(rf"worker {n} (joined )?at ", 20), cluster.log()
 
 
 def test_same_keys_and_bytes_with_1_2_4_workers_and_a_killed_worker(many_shards, stoker_bin,
@@ -60,7 +39,7 @@ def test_same_keys_and_bytes_with_1_2_4_workers_and_a_killed_worker(many_shards,
         with Cluster(stoker_bin, tmp_path / f"w{workers}") as cluster:
             for _ in range(workers):
                 cluster.add_worker("--threads", "1")
-            wait_for_workers(cluster, workers)
+            cluster.wait_for_workers(workers)
             served = pipe.distribute(dispatcher=cluster.address)  # deterministic by default
             served.set_epoch(1)
             got = keys_and_bytes(served)
@@ -70,7 +49,7 @@ def test_same_keys_and_bytes_with_1_2_4_workers_and_a_killed_worker(many_shards,
     with Cluster(stoker_bin, tmp_path / "kill", worker_timeout_ms=1000) as cluster:
         for _ in range(2):
             cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         served = pipe.distribute(dispatcher=cluster.address)
         served.set_epoch(1)
         it = iter(served)
@@ -114,7 +93,7 @@ def test_cli_order_equals_stoker_run_with_a_small_reorder_buffer_and_a_kill(stok
         with Cluster(stoker_bin, tmp_path / f"cli{workers}") as cluster:
             for _ in range(workers):
                 cluster.add_worker()
-            wait_for_workers(cluster, workers)
+            cluster.wait_for_workers(workers)
             keys, _ = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
                                 "--print-keys"])
             assert keys == expected, f"{workers} workers"
@@ -127,7 +106,7 @@ def test_cli_order_equals_stoker_run_with_a_small_reorder_buffer_and_a_kill(stok
         with Cluster(stoker_bin, tmp_path / f"clikill{attempt}", worker_timeout_ms=1000) as cluster:
             cluster.add_worker()
             cluster.add_worker()
-            wait_for_workers(cluster, 2)
+            cluster.wait_for_workers(2)
             out = tmp_path / f"consume{attempt}.out"
             env = dict(os.environ, STOKER_LOG="info")
             with open(out, "w") as f:
@@ -227,7 +206,7 @@ def test_python_state_dict_resumes_on_another_worker_count(many_shards, stoker_b
     local = keys_and_bytes(pipe.iterator(epoch=1))
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 1)
+        cluster.wait_for_workers(1)
         served = pipe.distribute(dispatcher=cluster.address)
         served.set_epoch(1)
         it = iter(served)
@@ -237,7 +216,7 @@ def test_python_state_dict_resumes_on_another_worker_count(many_shards, stoker_b
         served.close()
         cluster.add_worker("--threads", "1")
         cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 3)
+        cluster.wait_for_workers(3)
         resumed = pipe.distribute(dispatcher=cluster.address)
         resumed.load_state_dict(state)
         rest = keys_and_bytes(resumed)
@@ -265,7 +244,7 @@ def test_mix_through_the_service_keeps_quotas_order_and_resumes(shards, stoker_b
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         cluster.add_worker()
         cluster.add_worker()
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         first, _ = run_keys([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
                              "--print-keys", "--max-elements", "123", "--checkpoint", ck])
         # Another mix is another pipeline: its token is refused, naming the difference.
@@ -295,7 +274,7 @@ def test_torch_adapter_state_dict_through_the_service(shards, stoker_bin, tmp_pa
     local = keys_and_bytes(pipe.iterator(epoch=0))
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         cluster.add_worker()
-        wait_for_workers(cluster, 1)
+        cluster.wait_for_workers(1)
         ds = stoker.torch.IterableDataset(pipe.distribute(dispatcher=cluster.address),
                                           rank=0, world_size=1)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
@@ -307,7 +286,7 @@ def test_torch_adapter_state_dict_through_the_service(shards, stoker_bin, tmp_pa
         state = ds.state_dict()
         ds.pipeline.close()
         cluster.add_worker()
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         ds2 = stoker.torch.IterableDataset(pipe.distribute(dispatcher=cluster.address),
                                            rank=0, world_size=1)
         ds2.load_state_dict(state)
@@ -346,7 +325,7 @@ def test_coordinated_checkpoint_of_4_ranks_resumes_on_2_ranks(stoker_bin, tmp_pa
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         for _ in range(3):
             cluster.add_worker()
-        wait_for_workers(cluster, 3)
+        cluster.wait_for_workers(3)
         # 4 ranks take `steps` steps each, then stop with a checkpoint (as a job would at a step).
         four = ranks(cluster, 4, "four", lambda i: ["--max-elements", str(steps),
                                                     "--checkpoint", str(tmp_path / f"ck{i}")])

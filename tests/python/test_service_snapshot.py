@@ -15,7 +15,7 @@ import pytest
 
 import stoker
 from conftest import converted_images
-from service_cluster import Cluster
+from service_cluster import Cluster, slow_image_spec
 
 pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
                                 reason="built without the service")
@@ -26,23 +26,6 @@ def many_shards(tmp_path_factory, stoker_bin, make_images_bin):
     """3 classes x 100 JPEGs of 96x72 as shards: enough work that a snapshot outlasts a kill."""
     return converted_images(tmp_path_factory.mktemp("snapshot-data"), stoker_bin,
                             make_images_bin, 100)
-
-
-def slow_image_spec(url):
-    """Shuffled decode with random crops and flips (the bytes depend on seed, epoch and sample),
-    made slow on purpose (an upscale) so that a worker killed early still had work to lose."""
-    return {
-        "seed": 11,
-        "source": {"dataset": url},
-        "ops": [
-            {"op": "shuffle", "seed": 5},
-            {"op": "decode_image", "field": "jpg"},
-            {"op": "resize", "field": "jpg", "size": [384, 384]},
-            {"op": "random_resized_crop", "field": "jpg", "size": [24, 24]},
-            {"op": "flip", "field": "jpg", "p": 0.5},
-            {"op": "batch", "size": 4},
-        ],
-    }
 
 
 def elements(spec, epoch=0):
@@ -56,16 +39,24 @@ def elements(spec, epoch=0):
     return out
 
 
-def wait_for_workers(cluster, n):
-    assert cluster.wait_for_log(rf"worker {n} (joined )?at ", 20), cluster.log()
-
-
 def progress_parts(dst):
     try:
         with open(os.path.join(dst, "snapshot-progress.json")) as f:
             return len(json.load(f)["shards"])
     except (OSError, ValueError):
         return 0  # not written yet, or being replaced
+
+
+def start_snapshot(stoker_bin, spec_file, dst, cluster):
+    """`stoker snapshot SPEC DST` running, once it has listed its first part."""
+    snap = subprocess.Popen([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
+                             cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 30
+    while progress_parts(dst) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling a file another process writes
+    assert progress_parts(dst) >= 1, "no part was listed"
+    return snap
 
 
 def run_cli(argv, timeout=60):
@@ -82,14 +73,8 @@ def test_snapshot_with_a_killed_worker_and_a_waiting_reader(many_shards, stoker_
     with Cluster(stoker_bin, tmp_path / "c", worker_timeout_ms=1000) as cluster:
         cluster.add_worker("--threads", "1")
         cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 2)
-        snap = subprocess.Popen([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
-                                 cluster.address], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while progress_parts(dst) < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)  # polling a file another process writes
-        assert progress_parts(dst) >= 1, "no part was listed"
+        cluster.wait_for_workers(2)
+        snap = start_snapshot(stoker_bin, spec_file, dst, cluster)
         # A reader of the snapshot being written, then a worker killed mid-snapshot.
         reader_spec = tmp_path / "reader.json"
         reader_spec.write_text(json.dumps({"source": {"dataset": dst, "wait": True,
@@ -154,13 +139,8 @@ def test_the_dispatcher_restarted_mid_snapshot_loses_nothing(many_shards, stoker
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         cluster.add_worker("--threads", "1")
         cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 2)
-        snap = subprocess.Popen([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
-                                 cluster.address], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while progress_parts(dst) < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)  # polling a file another process writes
+        cluster.wait_for_workers(2)
+        snap = start_snapshot(stoker_bin, spec_file, dst, cluster)
         cluster.restart_dispatcher()
         assert snap.poll() is None, "the snapshot ended before the dispatcher was restarted"
         out, err = snap.communicate(timeout=60)
@@ -191,7 +171,7 @@ def test_reader_started_before_the_snapshot_gets_every_element_once(stoker_bin, 
     with Cluster(stoker_bin, tmp_path / "c") as cluster:
         cluster.add_worker()
         cluster.add_worker()
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         assert reader.poll() is None, reader.stderr.read()
         snap = run_cli([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
                         cluster.address, "--epochs", "2"])
@@ -254,7 +234,7 @@ def test_snapshot_to_s3_read_while_written(stoker_bin, s3_server, tmp_path):
     with Cluster(stoker_bin, tmp_path / "c", env=env) as cluster:
         cluster.add_worker()
         cluster.add_worker()
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         snap = subprocess.run([stoker_bin, "snapshot", str(spec_file), dst, "--dispatcher",
                                cluster.address], env=env, capture_output=True, text=True,
                               timeout=120)
