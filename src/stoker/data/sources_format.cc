@@ -278,6 +278,16 @@ absl::StatusOr<std::shared_ptr<IndexedSource>> OpenFormatDataset(
       cached_options.stat_ttl = absl::InfiniteDuration();
       cached_options.restart_on_change = false;
       cached = std::make_shared<io::CachedStore>(target.store, std::move(cache), cached_options);
+      // Samples are read one range each, never merged with their neighbours: the cache fetches
+      // whole blocks from the store anyway (one request per run of missing blocks), and a range
+      // merged across blocks is one copy of every byte it spans, holes included. Read one by
+      // one, a sample inside a block is a slice of it, and only one that straddles two blocks
+      // is copied (measured: epoch 2 from the cache spent 40% of its CPU copying merged
+      // ranges of up to 8 MB for 100 KB samples).
+      io::ReaderOptions reader;
+      reader.max_hole = 0;
+      reader.max_coalesced = cached_options.block_size;
+      options.reader = reader;
       ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
                        format::ShardedDataset::Open(cached, target.key, options));
       return std::shared_ptr<IndexedSource>(new FormatIndexedSource(std::move(ds), cached));
