@@ -140,8 +140,10 @@ void ServiceClient::FetchLoop() {
     stats_.cache_hits += resp.cache_hits();
     stats_.cache_recomputed += resp.cache_recomputed();
     stats_.cache_skipped += resp.cache_skipped();
-    if (resp.has_shm() && (!options_.shared_memory || f->shm_off)) {
-      // This request did not offer shared memory: a worker that uses it anyway is broken.
+    if (resp.has_shm() && req.shm_host().empty()) {
+      // This request did not offer shared memory: a worker that uses it anyway is broken. (What
+      // counts is this request's offer, not f->shm_off now: a request sent while shared memory
+      // was on may return after another reply turned it off.)
       error_ = absl::DataLossError(StrCat("worker ", f->address,
                                           " answered with shared memory a request that did not "
                                           "offer it (job ",
