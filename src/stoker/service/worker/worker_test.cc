@@ -151,7 +151,9 @@ TEST_F(WorkerStreamTest, SharedMemoryHandsTheSameBytesAndReusesReleasedSlots) {
       ASSERT_TRUE(d.payload().empty());
       ASSERT_GT(d.shm_length(), 0);
       // Every slot released before this round: the ring starts again at 0 (no growth).
-      if (i == 0) ASSERT_EQ(d.shm_offset(), 0) << "round " << round;
+      if (i == 0) {
+        ASSERT_EQ(d.shm_offset(), 0) << "round " << round;
+      }
       auto bytes = mapping->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
                                  static_cast<uint64_t>(d.shm_length()));
       ASSERT_TRUE(bytes.ok()) << bytes.status();
