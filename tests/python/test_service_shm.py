@@ -11,8 +11,8 @@ import pytest
 
 import stoker
 from conftest import converted_images
-from service_cluster import Cluster
-from test_service_order import keys_and_bytes, slow_image_spec, wait_for_workers
+from service_cluster import Cluster, slow_image_spec
+from test_service_order import keys_and_bytes
 
 pytestmark = pytest.mark.skipif(not stoker._stoker.HAVE_SERVICE,
                                 reason="built without the service")
@@ -35,7 +35,7 @@ def test_exactly_once_with_a_killed_worker(many_shards, stoker_bin, tmp_path, sh
     with Cluster(stoker_bin, tmp_path / "c", worker_timeout_ms=1000) as cluster:
         for _ in range(2):
             cluster.add_worker("--threads", "1")
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         served = pipe.distribute(dispatcher=cluster.address, shared_memory=shared_memory)
         it = iter(served)
         first = next(it)  # kept: with shared memory, a read-only view of a worker's segment
@@ -68,7 +68,7 @@ def test_cli_consume_uses_shared_memory_unless_told_not_to(stoker_bin, tmp_path)
     expected = r.stdout.split()
     with Cluster(stoker_bin, tmp_path / "cli") as cluster:
         cluster.add_worker()
-        wait_for_workers(cluster, 1)
+        cluster.wait_for_workers(1)
         for extra, shm in (([], True), (["--no-shm"], False)):
             r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
                                 "--print-keys", *extra], capture_output=True, text=True,
@@ -82,7 +82,7 @@ def test_cli_consume_uses_shared_memory_unless_told_not_to(stoker_bin, tmp_path)
                 assert line is None, r.stderr
         # A worker with --shm-bytes 0 sends every payload in its replies.
         cluster.add_worker("--shm-bytes", "0")
-        wait_for_workers(cluster, 2)
+        cluster.wait_for_workers(2)
         cluster.workers[0].send_signal(signal.SIGTERM)
         cluster.workers[0].wait(timeout=20)
         r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
