@@ -322,6 +322,11 @@ void ServiceClient::HeartbeatLoop() {
   auto last_ok = Clock::now();
   auto workers_seen = Clock::now();  // when a worker was last registered (or we started)
   auto last_log = Clock::now();
+  // A registration (client id 0) got no answer: the dispatcher may have journaled it and died
+  // before replying. Replayed after its restart, that registration holds this consumer's index
+  // (or trainer id) until the client timeout removes it, so a refusal naming it as taken is then
+  // retried, within dispatcher_patience, instead of ending the consumer.
+  bool registration_unanswered = false;
   while (true) {
     ClientHeartbeatRequest req;
     req.set_job_id(job_id_);
@@ -346,6 +351,12 @@ void ServiceClient::HeartbeatLoop() {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(5));
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
+    if (req.client_id() == 0 && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                 s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                                 s.error_code() == grpc::StatusCode::UNKNOWN ||
+                                 s.error_code() == grpc::StatusCode::INTERNAL ||
+                                 s.error_code() == grpc::StatusCode::CANCELLED))
+      registration_unanswered = true;
     absl::MutexLock lock(&mu_);
     auto now = Clock::now();
     if (s.ok()) {
@@ -397,6 +408,12 @@ void ServiceClient::HeartbeatLoop() {
       if (!resp.job_error().empty() && error_.ok())
         error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
       if (resp.job_finished()) finished_ = true;
+    } else if (s.error_code() == grpc::StatusCode::ALREADY_EXISTS && registration_unanswered &&
+               now - last_ok <= options_.dispatcher_patience) {
+      SPDLOG_INFO(
+          "job {}: {}; retrying (it may be this consumer's own registration, whose reply "
+          "was lost)",
+          job_id_, s.error_message());
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
