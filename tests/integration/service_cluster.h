@@ -37,6 +37,18 @@ inline int FreePort() {
   return ntohs(a.sin_port);
 }
 
+// Whether something on 127.0.0.1 accepts a connection on `port`.
+inline bool Accepts(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // A child process with stdout and stderr in files.
 class Process {
  public:
@@ -103,11 +115,23 @@ class ServiceCluster {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& dir() const { return dir_; }
 
+  // Starts the dispatcher and waits until it accepts connections. The port was free when the
+  // cluster chose it, but another process may take it before the dispatcher binds it (tests run
+  // in parallel, and outgoing connections draw from the same port range): a dispatcher that
+  // exits at once is started again on another free port (before any worker knows the address).
   void StartDispatcher() {
-    dispatcher_ = std::make_unique<Process>(
-        std::vector<std::string>{StokerBinary(), "dispatcher", "--port", std::to_string(port_),
-                                 "--work-dir", dir_ + "/work", "--worker-timeout-ms", "600"},
-        dir_ + "/dispatcher.out", dir_ + "/dispatcher.err");
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      dispatcher_ = std::make_unique<Process>(
+          std::vector<std::string>{StokerBinary(), "dispatcher", "--port", std::to_string(port_),
+                                   "--work-dir", dir_ + "/work", "--worker-timeout-ms", "600"},
+          dir_ + "/dispatcher.out", dir_ + "/dispatcher.err");
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!dispatcher_->Exited() && !Accepts(port_) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child's port
+      if (!dispatcher_->Exited()) return;
+      port_ = FreePort();
+    }
   }
   Process& dispatcher() { return *dispatcher_; }
 
