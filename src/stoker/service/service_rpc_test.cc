@@ -204,6 +204,22 @@ TEST_F(ServiceRpcTest, AWorkerAnsweringGarbageDoesNotDisturbAJob) {
   ExpectNormalJobCompletes(1000);
 }
 
+// Consumes a job of RangeSpec(n) from the dispatcher until its end or an error (returned),
+// counting the elements delivered.
+absl::Status ConsumeRange(int dispatcher_port, int64_t n, int64_t* delivered) {
+  ServiceClientOptions o;
+  o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_port);
+  o.dispatcher_patience = 20000ms;
+  auto client = ServiceClient::Open(o, RangeSpec(n));
+  if (!client.ok()) return client.status();
+  while (true) {
+    auto e = (*client)->GetNext();
+    if (!e.ok()) return e.status();
+    if (!e->has_value()) return absl::OkStatus();
+    ++*delivered;
+  }
+}
+
 // A "worker" whose replies parse but carry hostile values (indices, split ids and sequences at
 // the int64 limits, payloads that are not elements). Nothing can make such data right, but the
 // client must end with an error or at the end of the data, without crashing, undefined behaviour
@@ -231,25 +247,8 @@ void ConsumeFromHostileWorker(int dispatcher_port, const std::vector<HostileElem
   });
   absl::Status status;
   int64_t delivered = 0;
-  WithinDeadline(120s, "a client of a hostile worker", [&] {
-    ServiceClientOptions o;
-    o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_port);
-    o.dispatcher_patience = 20000ms;
-    auto client = ServiceClient::Open(o, RangeSpec(300));
-    if (!client.ok()) {
-      status = client.status();
-      return;
-    }
-    while (true) {
-      auto e = (*client)->GetNext();
-      if (!e.ok()) {
-        status = e.status();
-        return;
-      }
-      if (!e->has_value()) return;
-      ++delivered;
-    }
-  });
+  WithinDeadline(120s, "a client of a hostile worker",
+                 [&] { status = ConsumeRange(dispatcher_port, 300, &delivered); });
   // Either outcome is acceptable (today: a DataLoss error naming the bad payload); what matters
   // is that the client got here.
   SUCCEED() << "delivered " << delivered << ", status " << status;
@@ -289,25 +288,8 @@ TEST_F(ServiceRpcTest, AWorkerSendingHostileSharedMemoryCannotCrashAClient) {
     });
     absl::Status status;
     int64_t delivered = 0;
-    WithinDeadline(60s, "a client of a worker sending hostile shared memory", [&] {
-      ServiceClientOptions o;
-      o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
-      o.dispatcher_patience = 20000ms;
-      auto client = ServiceClient::Open(o, RangeSpec(300));
-      if (!client.ok()) {
-        status = client.status();
-        return;
-      }
-      while (true) {
-        auto e = (*client)->GetNext();
-        if (!e.ok()) {
-          status = e.status();
-          return;
-        }
-        if (!e->has_value()) return;
-        ++delivered;
-      }
-    });
+    WithinDeadline(60s, "a client of a worker sending hostile shared memory",
+                   [&] { status = ConsumeRange(dispatcher_->port(), 300, &delivered); });
     // Never a payload from outside a mapped segment: a clear error (or, if the real worker served
     // the whole job first, its samples and nothing more).
     if (!status.ok()) {
