@@ -48,8 +48,9 @@ for name in "${names[@]}"; do
   fi
   elapsed=$(($(date +%s) - start))
   cpu=$(awk '{printf "%.0f", $1 + $2}' "$work/cpu" 2>/dev/null || echo "?")
-  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/run.log" | tail -1 | awk '{print $2}')
-  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$work/run.log" | tail -1)
+  # -a: a target's log lines may quote input bytes; without it grep stops at the first one.
+  execs=$(grep -ao 'stat::number_of_executed_units: [0-9]*' "$work/run.log" | tail -1 | awk '{print $2}')
+  cov=$(grep -ao 'cov: [0-9]* ft: [0-9]*' "$work/run.log" | tail -1)
   # Keep what adds coverage to the seeds (not after a failure: fix it first).
   if [[ $status == ok ]]; then
     mkdir -p "$seeds"
