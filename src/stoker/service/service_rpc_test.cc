@@ -9,6 +9,7 @@
 // No LABELS: it runs in the plain and the ASan+UBSan builds.
 #include <unistd.h>
 
+#include <atomic>
 #include <random>
 #include <vector>
 
@@ -303,6 +304,123 @@ TEST_F(ServiceRpcTest, AWorkerSendingHostileSharedMemoryCannotCrashAClient) {
 // (The client once computed last sequence + 1 unchecked: UB; fixed in 43e09f5.)
 TEST_F(ServiceRpcTest, AWorkerSendingTheLastSequenceAtInt64MaxCannotCrashAClient) {
   ConsumeFromHostileWorker(dispatcher_->port(), {{0, 0, kMaxInt, true, false, "not an element"}});
+}
+
+// A front for the dispatcher that passes a consumer's two calls on to it but loses the reply to
+// the first registration (a ClientHeartbeat with client id 0): the dispatcher registered the
+// consumer and the consumer hears UNAVAILABLE, as when the dispatcher is killed after journaling
+// a registration and before answering. (A test double local to this test.)
+// Thread safety: construct and destroy on one thread; gRPC's threads call the methods.
+class LosesTheFirstRegistrationReply final : public DispatcherService::Service {
+ public:
+  // `after_losing` runs once the dispatcher answered the registration that is lost (on a gRPC
+  // thread, before the consumer hears UNAVAILABLE).
+  LosesTheFirstRegistrationReply(int dispatcher_port, std::function<void()> after_losing)
+      : dispatcher_(DispatcherService::NewStub(MakeChannel(StrCat("127.0.0.1:", dispatcher_port)))),
+        after_losing_(std::move(after_losing)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    EXPECT_TRUE(server_ != nullptr && port_ > 0);
+  }
+  ~LosesTheFirstRegistrationReply() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 200ms);
+  }
+  int port() const { return port_; }
+  bool lost_one() const { return lost_one_; }
+
+  grpc::Status GetOrCreateJob(grpc::ServerContext*, const GetOrCreateJobRequest* req,
+                              GetOrCreateJobResponse* resp) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    return dispatcher_->GetOrCreateJob(&ctx, *req, resp);
+  }
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const ClientHeartbeatRequest* req,
+                               ClientHeartbeatResponse* resp) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, *req, resp);
+    if (s.ok() && req->client_id() == 0 && !req->leaving() && !lost_one_.exchange(true)) {
+      after_losing_();
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "test: this reply was lost");
+    }
+    return s;
+  }
+
+ private:
+  std::unique_ptr<DispatcherService::Stub> dispatcher_;
+  std::function<void()> after_losing_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> lost_one_{false};
+};
+
+// A registration whose reply the consumer never got: the consumer registers again under the
+// same registration id and gets its own registration back, for the one consumer of a
+// deterministic job and for a coordinated consumer, and from a dispatcher restarted in between
+// (from its journal). (Refused as a second consumer, it once ended with "... has one (client
+// 1)", or "consumer index 0 is taken by client 3, which is alive", or waited for the client
+// timeout and then failed the coordinated job.)
+TEST_F(ServiceRpcTest, AConsumerWhoseRegistrationReplyWasLostGetsItBack) {
+  struct Case {
+    int64_t num_consumers;  // 0: deterministic; 1: coordinated (consumer index 0)
+    bool restart;           // the dispatcher restarted after journaling the registration
+  };
+  for (Case c : {Case{0, false}, Case{1, false}, Case{1, true}}) {
+    const int port = dispatcher_->port();
+    LosesTheFirstRegistrationReply front(port, [&] {
+      if (c.restart) StartDispatcher(port);
+    });
+    ServiceClientOptions o;
+    o.dispatcher_address = StrCat("127.0.0.1:", front.port());
+    o.num_consumers = c.num_consumers;
+    ExpectNormalJobCompletes(300, o);
+    EXPECT_TRUE(front.lost_one()) << c.num_consumers << " " << c.restart;
+  }
+}
+
+// The only consumer of a coordinated job goes silent: once the dispatcher removes it, the job
+// has an error. (Its removal once marked every split as acknowledged by all the job's consumers,
+// so the job looked finished: a consumer registering for it again got an empty epoch.)
+class ServiceRpcShortClientTimeoutTest : public ServiceRpcTest {
+ protected:
+  ServiceRpcShortClientTimeoutTest() { client_timeout_ = 1000ms; }  // before SetUp starts it
+};
+TEST_F(ServiceRpcShortClientTimeoutTest,
+       ACoordinatedJobWhoseOnlyConsumerWentSilentFailsRatherThanFinishing) {
+  GetOrCreateJobRequest create;
+  create.set_spec_json(RangeSpec(300));
+  create.set_fingerprint(Fingerprint(RangeSpec(300)));
+  create.set_num_consumers(1);
+  GetOrCreateJobResponse created;
+  grpc::Status made = GetOrCreateJob(create, &created);
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  ClientHeartbeatRequest hb;
+  hb.set_job_id(created.job_id());
+  ClientHeartbeatResponse resp;
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());  // registers
+  const int64_t silent = resp.client_id();
+  // Alive for 2 s (the worker leases every split meanwhile), then silent.
+  ClientHeartbeatRequest alive = hb;
+  alive.set_client_id(silent);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(ClientHeartbeat(alive, &resp).ok());
+    absl::SleepFor(absl::Milliseconds(100));  // a consumer's heartbeat interval
+  }
+  // Registering again for index 0 is refused while the silent consumer holds it; once it is
+  // removed, the registration is answered with the job's state.
+  auto limit = std::chrono::steady_clock::now() + 30s;
+  grpc::Status s;
+  do {
+    absl::SleepFor(absl::Milliseconds(100));  // polling an RPC, not synchronising threads
+    resp.Clear();
+    s = ClientHeartbeat(hb, &resp);
+  } while (!s.ok() && std::chrono::steady_clock::now() < limit);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(resp.client_id(), silent);
+  EXPECT_NE(resp.job_error().find("missed its heartbeats"), std::string::npos)
+      << "job_error '" << resp.job_error() << "', job_finished " << resp.job_finished();
 }
 
 // (b) Well-formed requests with hostile values.

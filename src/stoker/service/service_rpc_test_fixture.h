@@ -92,6 +92,7 @@ class ServiceRpcTest : public ::testing::Test {
     d.work_dir = work_dir_.path() + "/dispatcher";
     d.port = port;
     d.worker_timeout = 1000ms;  // workers registered by hostile heartbeats go away soon
+    d.client_timeout = client_timeout_;
     auto dispatcher = Dispatcher::Start(d);
     ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
     dispatcher_ = std::move(*dispatcher);
@@ -188,14 +189,15 @@ class ServiceRpcTest : public ::testing::Test {
     return "";
   }
 
-  // A normal job of `n` samples through the service: every key arrives exactly once.
-  void ExpectNormalJobCompletes(int64_t n) {
+  // A normal job of `n` samples through the service: every key arrives exactly once. `o`: the
+  // client's options (an empty address: the dispatcher's).
+  void ExpectNormalJobCompletes(int64_t n, ServiceClientOptions o = {}) {
     std::map<std::string, int> seen;
     absl::Status status;
-    WithinDeadline(120s, "the normal job", [&] {
-      ServiceClientOptions o;
+    if (o.dispatcher_address.empty())
       o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
-      o.dispatcher_patience = 20000ms;
+    o.dispatcher_patience = 20000ms;
+    WithinDeadline(120s, "the normal job", [&] {
       auto client = ServiceClient::Open(o, RangeSpec(n));
       if (!client.ok()) {
         status = client.status();
@@ -216,6 +218,7 @@ class ServiceRpcTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[StrCat(i)], 1) << "key " << i;
   }
 
+  std::chrono::milliseconds client_timeout_ = 30000ms;  // of the next StartDispatcher
   testing::ScopedTempDir work_dir_{"service-rpc-test"};
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<Worker> worker_;

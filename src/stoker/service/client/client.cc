@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <random>
 
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
@@ -154,6 +156,12 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   c->position_batch_ = PositionBatch(spec);
   c->device_stage_ = std::move(device_stage);
   c->address_ = address;
+  {
+    std::random_device random;  // 128 bits: no two consumers of a job pick the same
+    char id[33];
+    std::snprintf(id, sizeof(id), "%08x%08x%08x%08x", random(), random(), random(), random());
+    c->registration_id_ = id;
+  }
   c->epoch_ = first_epoch;
   c->first_epoch_ = first_epoch;
   c->num_epochs_ = num_epochs;
@@ -322,11 +330,6 @@ void ServiceClient::HeartbeatLoop() {
   auto last_ok = Clock::now();
   auto workers_seen = Clock::now();  // when a worker was last registered (or we started)
   auto last_log = Clock::now();
-  // A registration (client id 0) got no answer: the dispatcher may have journaled it and died
-  // before replying. Replayed after its restart, that registration holds this consumer's index
-  // (or trainer id) until the client timeout removes it, so a refusal naming it as taken is then
-  // retried, within dispatcher_patience, instead of ending the consumer.
-  bool registration_unanswered = false;
   while (true) {
     ClientHeartbeatRequest req;
     req.set_job_id(job_id_);
@@ -336,6 +339,10 @@ void ServiceClient::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       req.set_client_id(client_id_);
+      // Until a reply told this consumer its id, every registration names the same id, so that
+      // one the dispatcher holds without this consumer having heard of it (the dispatcher killed
+      // after journaling it, or a reply past the deadline) is given back, not refused.
+      if (client_id_ == 0) req.set_registration_id(registration_id_);
       req.set_wait_seconds(stats_.wait_seconds);
       req.set_compute_seconds(stats_.between_seconds);
       req.set_delivered_elements(stats_.elements);
@@ -351,12 +358,6 @@ void ServiceClient::HeartbeatLoop() {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(5));
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
-    if (req.client_id() == 0 && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                                 s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                                 s.error_code() == grpc::StatusCode::UNKNOWN ||
-                                 s.error_code() == grpc::StatusCode::INTERNAL ||
-                                 s.error_code() == grpc::StatusCode::CANCELLED))
-      registration_unanswered = true;
     absl::MutexLock lock(&mu_);
     auto now = Clock::now();
     if (s.ok()) {
@@ -408,12 +409,6 @@ void ServiceClient::HeartbeatLoop() {
       if (!resp.job_error().empty() && error_.ok())
         error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
       if (resp.job_finished()) finished_ = true;
-    } else if (s.error_code() == grpc::StatusCode::ALREADY_EXISTS && registration_unanswered &&
-               now - last_ok <= options_.dispatcher_patience) {
-      SPDLOG_INFO(
-          "job {}: {}; retrying (it may be this consumer's own registration, whose reply "
-          "was lost)",
-          job_id_, s.error_message());
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||

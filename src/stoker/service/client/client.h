@@ -227,6 +227,7 @@ class ServiceClient {
   // delivered of a split are positions; 0 when the spec does not allow it.
   int64_t position_batch_ = 0;
   int64_t job_id_ = 0;
+  std::string registration_id_;  // random, sent with every registration (see HeartbeatLoop)
   std::shared_ptr<const Security> security_;
   std::unique_ptr<DispatcherService::Stub> dispatcher_;
   std::thread heartbeat_;

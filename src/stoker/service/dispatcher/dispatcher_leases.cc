@@ -24,6 +24,9 @@ using dispatcher_internal::SyncBeforeReply;
 // RemoveClient's reason for a consumer that said it leaves.
 constexpr char kLeft[] = "left";
 
+// The longest ClientHeartbeatRequest.registration_id kept (the client sends 32 hex digits).
+constexpr size_t kMaxRegistrationId = 64;
+
 // A reported total in seconds: 0 unless finite and not negative.
 double Finite(double x) { return std::isfinite(x) && x > 0 ? x : 0; }
 
@@ -255,6 +258,17 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                                       " at this dispatcher (was its "
                                       "work dir removed?)"));
   int64_t client_id = req.client_id();
+  if (req.registration_id().size() > kMaxRegistrationId)
+    return absl::InvalidArgumentError(StrCat("registration_id of ", req.registration_id().size(),
+                                             " bytes; at most ", kMaxRegistrationId));
+  if (client_id == 0 && !req.registration_id().empty()) {
+    // This consumer registered before and did not hear the reply (the dispatcher was killed
+    // after journaling it, or the reply came after the deadline): its registration is given back.
+    // Refusing it as a second consumer would end the consumer, or leave its place held by a
+    // registration nobody reads until the client timeout (a coordinated job then fails).
+    for (int64_t other : job->clients)
+      if (state_.clients().at(other).registration_id == req.registration_id()) client_id = other;
+  }
   if (client_id == 0) {
     if (req.leaving()) return absl::OkStatus();
     if (!job->ended.empty())
@@ -300,12 +314,14 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
                  ") allows; wait for consumers to leave, or restart it with a higher "
                  "--max-clients"));
     client_id = state_.next_client_id();
-    RETURN_IF_ERROR(
-        Update({{"type", "register_client"},
-                {"client_id", client_id},
-                {"job_id", job->id},
-                {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0},
-                {"trainer_id", job->cross_trainer_cache ? req.trainer_id() : std::string()}}));
+    json registration = {
+        {"type", "register_client"},
+        {"client_id", client_id},
+        {"job_id", job->id},
+        {"consumer_index", job->num_consumers > 0 ? req.consumer_index() : 0},
+        {"trainer_id", job->cross_trainer_cache ? req.trainer_id() : std::string()}};
+    if (!req.registration_id().empty()) registration["registration_id"] = req.registration_id();
+    RETURN_IF_ERROR(Update(registration));
     job_unconsumed_since_.erase(job->id);
     SPDLOG_INFO("dispatcher: client {} joined job {}", client_id, job->id);
   } else if (!state_.clients().count(client_id)) {
@@ -384,11 +400,14 @@ absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why)
   const auto& client = state_.clients().at(client_id);
   const int64_t job_id = client.job_id;
   const int64_t index = client.consumer_index;
+  // Judged before the removal: removing a coordinated job's consumer marks the splits every
+  // other consumer acknowledged as done, so removing its only one would make it look finished.
+  const auto* job = state_.FindJob(job_id);
+  const bool running = job != nullptr && job->ended.empty() && !state_.JobFinished(*job);
   RETURN_IF_ERROR(Update({{"type", "remove_client"}, {"client_id", client_id}}));
   client_seen_.erase(client_id);
   held_splits_.erase(client_id);
-  const auto* job = state_.FindJob(job_id);
-  if (job == nullptr || !job->ended.empty() || state_.JobFinished(*job)) return absl::OkStatus();
+  if (!running) return absl::OkStatus();
   SPDLOG_INFO("dispatcher: client {} of job {} removed: {}", client_id, job_id, why);
   // A consumer that left said goodbye (its training ended): the others go on, and its rounds are
   // no longer waited for. One that went silent died: the others would wait for it for ever.

@@ -282,6 +282,7 @@ absl::Status DispatcherState::Apply(const json& u) {
         ASSIGN_OR_RETURN(c.consumer_index, GetInt(u, "consumer_index"));
       }
       ASSIGN_OR_RETURN(c.trainer_id, GetString(u, "trainer_id", ""));
+      ASSIGN_OR_RETURN(c.registration_id, GetString(u, "registration_id", ""));
       // Journals written before clients were tracked name no job: only the id counts then.
       if (u.contains("job_id")) {
         ASSIGN_OR_RETURN(c.job_id, GetInt(u, "job_id"));

@@ -28,7 +28,7 @@
 //                                                    not acknowledged go back to pending
 //   worker_ended {job_id, worker_id}                 sharding off: a worker's stream was consumed
 //   job_error {job_id, message}
-//   register_client {client_id, job_id, consumer_index?, trainer_id?}
+//   register_client {client_id, job_id, consumer_index?, trainer_id?, registration_id?}
 //                                                    cross-trainer cache: a trainer joining
 //                                                    reads the job from its start, so splits it
 //                                                    lacks are no longer done (those whose
@@ -126,6 +126,9 @@ class DispatcherState {
     int64_t job_id = 0;
     int64_t consumer_index = 0;
     std::string trainer_id;  // cross-trainer cache jobs
+    // The consumer's own id for its registration (ClientHeartbeatRequest.registration_id): a
+    // registration it sends again, not having heard the reply, gets this client back.
+    std::string registration_id;
   };
   struct Worker {
     int64_t id = 0;

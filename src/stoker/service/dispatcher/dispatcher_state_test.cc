@@ -188,8 +188,10 @@ TEST(DispatcherState, ConsumersComeAndGoAndJobsEnd) {
   ok({{"type", "set_job_size"}, {"job_id", 1}, {"num_samples", 8}});
   EXPECT_FALSE(s.Apply({{"type", "set_job_size"}, {"job_id", 1}, {"num_samples", 9}}).ok());
   ok({{"type", "register_client"}, {"client_id", 1}, {"job_id", 1}});
-  ok({{"type", "register_client"}, {"client_id", 2}, {"job_id", 1}});
+  ok({{"type", "register_client"}, {"client_id", 2}, {"job_id", 1}, {"registration_id", "r2"}});
   EXPECT_EQ(job->clients.size(), 2u);
+  EXPECT_EQ(s.clients().at(1).registration_id, "");  // journals before registration ids
+  EXPECT_EQ(s.clients().at(2).registration_id, "r2");
   for (int i = 0; i < 4; ++i)
     ok({{"type", "create_split"},
         {"job_id", 1},
