@@ -27,6 +27,7 @@
 
 #include "spin_kernel.h"
 #include "stoker/data/image.h"
+#include "stoker/data/op_registry.h"
 #include "stoker/data/pipeline.h"
 #include "stoker/data/source.h"
 #include "stoker/data/to_device.h"
@@ -282,7 +283,7 @@ void KernelsSection(bool quick) {
   CHECK_CUDA(cudaFree(d_samples));
 
   // The pipeline's own CPU ops on one thread, per batch: flip (every sample) + normalize to CHW.
-  data::RegisterBuiltinTransforms();
+  data::RegisterBuiltinOps();
   auto make = [](const json& spec) {
     data::ParamReader params(spec, "$", "op");
     params.String("op");
