@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan fuzz bench demo clean format format-check lint cuda-check soak fuzz-long
+.PHONY: all deps build test test-unit test-asan test-stress fuzz bench demo clean format format-check lint cuda-check soak fuzz-long
 
 all: build
 
@@ -21,12 +21,25 @@ build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Everything CI runs: dependencies, build, every test suite (unit, integration against the Swift S3
-# server, fuzz smoke runs), then the sanitizer build's unit tests.
+# server, fuzz smoke runs), the sanitizer build's unit tests, the CUDA build; then the slowest tests
+# and how long each phase took (the budget: 30 minutes on a 2-core machine).
 test: deps format-check build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@date +%s > $(BUILD)/.test-start
+	bash scripts/ctest-timed.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
+	@date +%s > $(BUILD)/.test-ctest-end
 	$(MAKE) fuzz
 	$(MAKE) test-asan
 	$(MAKE) cuda-check
+	@bash scripts/ctest-timed.sh --slowest $(BUILD) 15
+	@echo "make test phases: ctest $$(( $$(cat $(BUILD)/.test-ctest-end) - $$(cat $(BUILD)/.test-start) )) s, fuzz + asan + cuda $$(( $$(date +%s) - $$(cat $(BUILD)/.test-ctest-end) )) s"
+
+# The process-level service tests (CTest label `service`) STRESS_RUNS (5) times in a row under a fixed
+# background load (STRESS_LOAD busy processes, 2), stopping at the first failure: what a change to the
+# service must pass before it lands (docs/testing.md).
+STRESS_RUNS ?= 5
+STRESS_LOAD ?= 2
+test-stress: build
+	bash scripts/test-stress.sh $(BUILD) $(STRESS_RUNS) $(STRESS_LOAD)
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE '.'
@@ -38,14 +51,15 @@ test-asan:
 	# those run in the normal build above).
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) --timeout 900 -LE '.'
 
-# The CUDA build (-DSTOKER_CUDA=ON, docs/gpu.md) where nvcc exists: builds only the CUDA targets
-# (a compile check) and runs their tests, which skip, saying why, without a GPU.
+# The CUDA build (-DSTOKER_CUDA=ON, docs/gpu.md) where nvcc exists: builds every target (the device
+# check bench/gpu included, so that it always compiles; ccache makes the objects shared with the plain
+# build hits) and runs the CUDA tests, which skip, saying why, without a GPU.
 NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc /usr/local/cuda/bin/nvcc) $(shell command -v nvcc))
 cuda-check:
 	@if [ -z "$(NVCC)" ]; then echo "cuda-check: skipped (no nvcc: set CUDA_HOME or install the CUDA toolkit)"; exit 0; fi; \
 	set -e; \
 	cmake -S . -B build-cuda -G Ninja -DSTOKER_CUDA=ON -DCMAKE_CUDA_COMPILER=$(NVCC) $(CMAKE_FLAGS) >/dev/null; \
-	cmake --build build-cuda -j $(JOBS) --target cuda_check; \
+	cmake --build build-cuda -j $(JOBS); \
 	./build-cuda/src/stoker/gpu/cuda_test
 
 # libFuzzer targets, built with clang, each run briefly over its seed corpus.
