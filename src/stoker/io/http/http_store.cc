@@ -74,6 +74,9 @@ absl::StatusOr<ListResult> HttpStore::List(const ListOptions& options) {
     pending.pop_back();
     ASSIGN_OR_RETURN(HttpResponse response,
                      transport_->SendSync(HttpRequest{"GET", StrCat(base_, "/", EncodePath(dir))}));
+    // A folder that does not exist lists nothing, as a prefix with nothing under it does in S3
+    // and the local store (io/store_conformance_test.cc).
+    if (response.status == 404) continue;
     if (response.status != 200) return HttpStatusToStatus(response.status, Url(dir));
     auto listing = nlohmann::json::parse(response.body.view(), nullptr, /*allow_exceptions=*/false);
     if (!listing.is_array()) {
