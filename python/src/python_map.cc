@@ -304,6 +304,8 @@ absl::StatusOr<data::NodePtr> MakePythonMap(data::ParamReader& params,
 
 }  // namespace
 
-absl::Status RegisterPythonMap() { return data::RegisterDatasetOp("python_map", MakePythonMap); }
+absl::Status RegisterPythonMap() {
+  return data::RegisterDatasetOp("python_map", MakePythonMap, {.count = data::CountEffect::kKeeps});
+}
 
 }  // namespace stoker::python

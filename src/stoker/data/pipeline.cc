@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/data/image_fusion.h"
 #include "stoker/data/mix_source.h"
 #include "stoker/data/op_registry.h"
 #include "stoker/data/ops.h"
@@ -95,6 +97,43 @@ std::string Allowed() {
 }
 
 }  // namespace
+
+// The fusion pass, over the spec before anything is built: which ops each decode_image takes
+// into one fused step, by the ops' `fusable` trait (op_registry.h) and their order on one field:
+//  - random_resized_crop right after it: decoded at a reduced DCT scale, only the crop's region
+//    (always: that is how the two ops are defined together);
+//  - then flips and a normalize: flipped, converted and laid out in one pass, written straight
+//    into the batch buffer (MakeImageChain), unless the spec says "fuse_image_ops": false.
+// Each op keeps its own random stream, so the output is the same bytes either way.
+std::map<size_t, ImageChainPlan> PlanImageChains(const json& ops, bool fuse_image_ops) {
+  std::map<size_t, ImageChainPlan> chains;
+  if (!ops.is_array()) return chains;
+  auto name_of = [&](size_t j) -> std::string {
+    return j < ops.size() && ops[j].is_object() && ops[j].contains("op") && ops[j]["op"].is_string()
+               ? ops[j]["op"].get<std::string>()
+               : std::string();
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (name_of(i) != "decode_image") continue;
+    const json field = ops[i].value("field", json());
+    // ops[j] is the fusable op `name` on the same field.
+    auto joins = [&](size_t j, const char* name) {
+      if (name_of(j) != name || ops[j].value("field", json()) != field) return false;
+      const OpDefinition* def = FindOp(name);
+      return def != nullptr && def->traits.fusable;
+    };
+    ImageChainPlan plan{.decode = i};
+    size_t j = i + 1;
+    if (joins(j, "random_resized_crop")) plan.crop = j++;
+    if (fuse_image_ops) {
+      while (joins(j, "flip")) plan.flips.push_back(j++);
+      if (joins(j, "normalize")) plan.normalize = j++;
+    }
+    chains.emplace(i, plan);
+    i = plan.last();
+  }
+  return chains;
+}
 
 struct PipelineBuilder {
   uint64_t seed = 0;
@@ -257,23 +296,14 @@ struct PipelineBuilder {
     parallelism = 0;
   }
 
-  // The op at ops[j], if it is `name` on `field`.
-  static bool IsOpOn(const json& ops, size_t j, const char* name, const json& field) {
-    return j < ops.size() && ops[j].is_object() && ops[j].value("op", json()) == name &&
-           ops[j].value("field", json()) == field;
-  }
-
-  // decode_image at ops[i] (its reader `p`) and the ops on the same field that it fuses with:
-  //  - random_resized_crop right after it: decoded at a reduced DCT scale, only the crop's region;
-  //  - then flips and a normalize: flipped, converted and laid out in one pass, written straight
-  //    into the batch buffer (MakeImageChain), unless STOKER_FUSE_IMAGE_OPS=0 (for comparing).
-  // Fills `step` and advances i to the last op taken.
-  absl::Status ParseImageChain(const json& ops, size_t& i, ParamReader& p, MapStep& step) {
-    const json field = ops[i].value("field", json());
-    const size_t first = i;
+  // Builds the fused chain `plan` (from PlanImageChains) into `step`; `p` reads decode_image's
+  // parameters. Every op of the chain reads and checks its own parameters.
+  absl::Status BuildImageChain(const json& ops, const ImageChainPlan& plan, ParamReader& p,
+                               MapStep& step) {
     std::vector<std::string> names{"decode_image"};
     std::vector<std::unique_ptr<ParamReader>> readers;  // of the ops after decode_image
-    auto take = [&](size_t j, const char* name) {
+    auto take = [&](size_t j) {
+      const std::string name = ops[j]["op"].get<std::string>();
       readers.push_back(
           std::make_unique<ParamReader>(ops[j], IndexPath("$.ops", j), StrCat("op '", name, "'")));
       ParamReader& r = *readers.back();
@@ -283,21 +313,14 @@ struct PipelineBuilder {
       return &r;
     };
     ParamReader* crop = nullptr;
-    uint64_t decode_seed = MixSeed({seed, i});
-    if (IsOpOn(ops, i + 1, "random_resized_crop", field)) {
-      crop = take(++i, "random_resized_crop");
-      decode_seed = MixSeed({seed, i});
+    uint64_t decode_seed = MixSeed({seed, plan.decode});
+    if (plan.crop) {
+      crop = take(*plan.crop);
+      decode_seed = MixSeed({seed, *plan.crop});
     }
-    const char* fuse = std::getenv("STOKER_FUSE_IMAGE_OPS");
     std::vector<std::pair<ParamReader*, uint64_t>> flips;
-    ParamReader* normalize = nullptr;
-    if (fuse == nullptr || std::string_view(fuse) != "0") {
-      while (IsOpOn(ops, i + 1, "flip", field)) {
-        ParamReader* r = take(++i, "flip");
-        flips.emplace_back(r, MixSeed({seed, i}));
-      }
-      if (IsOpOn(ops, i + 1, "normalize", field)) normalize = take(++i, "normalize");
-    }
+    for (size_t j : plan.flips) flips.emplace_back(take(j), MixSeed({seed, j}));
+    ParamReader* normalize = plan.normalize ? take(*plan.normalize) : nullptr;
     if (flips.empty() && normalize == nullptr) {
       if (crop != nullptr) {
         ASSIGN_OR_RETURN(step.transform, MakeDecodeRandomResizedCrop(p, *crop));
@@ -310,15 +333,16 @@ struct PipelineBuilder {
     RETURN_IF_ERROR(p.Finish());
     for (auto& r : readers) RETURN_IF_ERROR(r->Finish());
     step.seed = decode_seed;
-    if (i > first) {
+    if (plan.last() > plan.decode) {
       std::string joined;
       for (const std::string& n : names) joined += StrCat(joined.empty() ? "" : "+", n);
-      step.name = StrCat("ops[", first, "-", i, "].", joined);
+      step.name = StrCat("ops[", plan.decode, "-", plan.last(), "].", joined);
     }
     return absl::OkStatus();
   }
 
-  absl::Status ParseOps(const json& ops) {
+  // Builds the graph from the checked ops and the fusion pass's plan.
+  absl::Status BuildOps(const json& ops, const std::map<size_t, ImageChainPlan>& chains) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const std::string path = IndexPath("$.ops", i);
       const json& op = ops[i];
@@ -361,8 +385,9 @@ struct PipelineBuilder {
         int64_t par = p.Int("parallelism", 0, 0, 1024);
         parallelism = std::max<int>(parallelism, static_cast<int>(par));
         MapStep step{StrCat("ops[", i, "].", name), nullptr, op_seed};
-        if (name == "decode_image") {
-          RETURN_IF_ERROR(ParseImageChain(ops, i, p, step));
+        if (auto chain = chains.find(i); chain != chains.end()) {
+          RETURN_IF_ERROR(BuildImageChain(ops, chain->second, p, step));
+          i = chain->second.last();
         } else {
           ASSIGN_OR_RETURN(auto t, (*factory)(p));
           RETURN_IF_ERROR(p.Finish());
@@ -391,6 +416,7 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
   PipelineBuilder b;
   b.seed = static_cast<uint64_t>(top.Int("seed", 0, 0));
   pipeline->deterministic_ = top.Bool("deterministic", true);
+  const bool fuse_image_ops = top.Bool("fuse_image_ops", true);
   int64_t threads = top.Int("threads", 0, 0, 1024);
   pipeline->memory_budget_bytes_ = top.Int("memory_budget_mb", 1024, 1, 1 << 24) << 20;
   top.Raw("source");
@@ -401,8 +427,11 @@ absl::StatusOr<std::shared_ptr<const Pipeline>> Pipeline::FromJson(const json& s
         StrCat("$.ops: expected an array of op objects, got ", ops->type_name()));
   }
   b.memory_budget_bytes = pipeline->memory_budget_bytes_;
+  // Three steps: the source, the fusion pass over the ops (a plan, nothing built), the graph.
   RETURN_IF_ERROR(b.ParseSource(spec));
-  RETURN_IF_ERROR(b.ParseOps(ops ? *ops : json::array()));
+  const json no_ops = json::array();
+  const json& op_list = ops ? *ops : no_ops;
+  RETURN_IF_ERROR(b.BuildOps(op_list, PlanImageChains(op_list, fuse_image_ops)));
   pipeline->root_ = b.node;
   if (b.indexed) pipeline->source_size_ = b.indexed->size();
   pipeline->indexed_source_ = b.indexed;
@@ -420,7 +449,11 @@ std::optional<SourceCacheStats> Pipeline::source_cache_stats() const {
 
 std::string Pipeline::Fingerprint(const json& spec) {
   json canonical = spec;
-  if (canonical.is_object()) canonical.erase("threads");
+  // Threads and fusion change how the work is done, not what comes out.
+  if (canonical.is_object()) {
+    canonical.erase("threads");
+    canonical.erase("fuse_image_ops");
+  }
   // Read-ahead and caching change when and from where bytes are fetched, not what comes out.
   if (canonical.is_object() && canonical.contains("source") && canonical["source"].is_object()) {
     for (const char* key : {"read_ahead", "cache", "cache_mb"}) canonical["source"].erase(key);

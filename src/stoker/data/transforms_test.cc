@@ -197,11 +197,10 @@ TEST(ImagePipeline, BatchesOfNormalizedCrops) {
 }
 
 // Runs `spec` for two epochs on 2 threads, with the image ops fused (the default) or one by one.
-std::vector<Element> RunEpochs(const json& spec, bool fused) {
-  if (!fused) setenv("STOKER_FUSE_IMAGE_OPS", "0", 1);
+std::vector<Element> RunEpochs(json spec, bool fused) {
+  if (!fused) spec["fuse_image_ops"] = false;
   std::vector<Element> out = RunAll(spec, 2, 0);
   for (Element& e : RunAll(spec, 2, 1)) out.push_back(std::move(e));
-  unsetenv("STOKER_FUSE_IMAGE_OPS");
   return out;
 }
 

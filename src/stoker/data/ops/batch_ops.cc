@@ -318,10 +318,11 @@ void RegisterBatchOps() {
     RETURN_IF_ERROR(p.Finish());
     return MakeBatchNode(ctx.input(), o);
   };
-  (void)RegisterDatasetOp("batch", batch);
-  (void)RegisterDatasetOp("padded_batch", batch);
+  (void)RegisterDatasetOp("batch", batch, {.count = CountEffect::kBatches});
+  (void)RegisterDatasetOp("padded_batch", batch, {.count = CountEffect::kBatches});
   (void)RegisterDatasetOp(
-      "bucket_by_length", [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
+      "bucket_by_length",
+      [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
         std::string field = p.String("field");
         auto boundaries = p.IntList("boundaries", std::nullopt, 1, 1024, 1);
         auto sizes = p.IntList("batch_sizes", std::nullopt, 2, 1025, 1);
@@ -338,7 +339,8 @@ void RegisterBatchOps() {
         }
         RETURN_IF_ERROR(p.Finish());
         return MakeBucketByLengthNode(ctx.input(), field, boundaries, sizes, padding, drop);
-      });
+      },
+      {.count = CountEffect::kGroupsByData});
 }
 
 }  // namespace stoker::data

@@ -285,20 +285,22 @@ void RegisterControlOps() {
                             int64_t count = p.Int("count", -1, -1);
                             RETURN_IF_ERROR(p.Finish());
                             return MakeRepeatNode(ctx.input(), count);
-                          });
+                          },
+                          {.count = CountEffect::kRepeats});
   auto take_skip = [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
     int64_t count = p.Int("count", std::nullopt, 0);
     RETURN_IF_ERROR(p.Finish());
     return ctx.name == "take" ? MakeTakeNode(ctx.input(), count) : MakeSkipNode(ctx.input(), count);
   };
-  (void)RegisterDatasetOp("take", take_skip);
-  (void)RegisterDatasetOp("skip", take_skip);
+  (void)RegisterDatasetOp("take", take_skip, {.count = CountEffect::kTakes});
+  (void)RegisterDatasetOp("skip", take_skip, {.count = CountEffect::kSkips});
   (void)RegisterDatasetOp("prefetch",
                           [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
                             int64_t buffer = p.Int("buffer", 0, 0, 1 << 20);
                             RETURN_IF_ERROR(p.Finish());
                             return MakePrefetchNode(ctx.input(), buffer);
-                          });
+                          },
+                          {.count = CountEffect::kKeeps});
 }
 
 }  // namespace stoker::data

@@ -89,6 +89,8 @@ absl::StatusOr<NodePtr> MakeToDeviceOp(ParamReader& p, const OpContext& context)
 
 }  // namespace
 
-void RegisterDeviceOp() { (void)RegisterDatasetOp("to_device", MakeToDeviceOp); }
+void RegisterDeviceOp() {
+  (void)RegisterDatasetOp("to_device", MakeToDeviceOp, {.count = CountEffect::kKeeps});
+}
 
 }  // namespace stoker::data

@@ -186,9 +186,12 @@ class MapField : public Transform {
 }  // namespace
 
 void RegisterFieldTransforms() {
-  (void)RegisterTransform("cast", TransformFactoryOf<Cast>());
-  (void)RegisterTransform("filter", TransformFactoryOf<Filter>());
-  (void)RegisterTransform("map_field", TransformFactoryOf<MapField>());
+  (void)RegisterBuiltinTransform("cast", TransformFactoryOf<Cast>(),
+                                 {.count = CountEffect::kKeeps});
+  (void)RegisterBuiltinTransform("filter", TransformFactoryOf<Filter>(),
+                                 {.count = CountEffect::kMayDrop});
+  (void)RegisterBuiltinTransform("map_field", TransformFactoryOf<MapField>(),
+                                 {.count = CountEffect::kKeeps});
 }
 
 }  // namespace stoker::data

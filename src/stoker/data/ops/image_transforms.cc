@@ -387,11 +387,12 @@ class Normalize : public Transform {
     }
     std::vector<float> a, b;
     Coefficients(c, t->dtype, &a, &b);
-    float* dst = reinterpret_cast<float*>(out.data());
     if (t->dtype == DType::kUint8) {
-      Apply(t->values<uint8_t>(), dst, plane, c, a, b);
+      // The fused image chain's conversion routine, without flips: one place for the arithmetic.
+      FlipConvert(t->values<uint8_t>(), h, w, c, false, false, chw_, a.data(), b.data(),
+                  out.data());
     } else {
-      Apply(t->values<float>(), dst, plane, c, a, b);
+      ConvertFloat(t->values<float>(), reinterpret_cast<float*>(out.data()), plane, c, a, b);
     }
     e.fields[field_] = Tensor{DType::kFloat32, std::move(shape), std::move(out).Finish()};
     return e;
@@ -435,18 +436,18 @@ class Normalize : public Transform {
   bool uint8() const { return uint8_; }
 
  private:
-  // One pass per channel with the layout decided outside the inner loop (vectorises).
-  template <typename T>
-  void Apply(const T* src, float* dst, int64_t plane, int64_t c, const std::vector<float>& a,
-             const std::vector<float>& b) const {
+  // A float image: one pass per channel with the layout decided outside the inner loop
+  // (vectorises). uint8 images go through FlipConvert.
+  void ConvertFloat(const float* src, float* dst, int64_t plane, int64_t c,
+                    const std::vector<float>& a, const std::vector<float>& b) const {
     for (int64_t k = 0; k < c; ++k) {
       const float ak = a[k], bk = b[k];
       if (chw_) {
         float* out = dst + k * plane;
-        for (int64_t i = 0; i < plane; ++i) out[i] = static_cast<float>(src[i * c + k]) * ak + bk;
+        for (int64_t i = 0; i < plane; ++i) out[i] = src[i * c + k] * ak + bk;
       } else {
         for (int64_t i = 0; i < plane; ++i) {
-          dst[i * c + k] = static_cast<float>(src[i * c + k]) * ak + bk;
+          dst[i * c + k] = src[i * c + k] * ak + bk;
         }
       }
     }
@@ -561,12 +562,16 @@ absl::StatusOr<std::unique_ptr<Transform>> MakeImageChain(
 }
 
 void RegisterImageTransforms() {
-  (void)RegisterTransform("decode_image", TransformFactoryOf<DecodeImageOp>());
-  (void)RegisterTransform("resize", TransformFactoryOf<Resize>());
-  (void)RegisterTransform("center_crop", TransformFactoryOf<CenterCrop>());
-  (void)RegisterTransform("random_resized_crop", TransformFactoryOf<RandomResizedCrop>());
-  (void)RegisterTransform("flip", TransformFactoryOf<Flip>());
-  (void)RegisterTransform("normalize", TransformFactoryOf<Normalize>());
+  const OpTraits keeps{.count = CountEffect::kKeeps};
+  const OpTraits fusable{.count = CountEffect::kKeeps, .fusable = true};
+  (void)RegisterBuiltinTransform("decode_image", TransformFactoryOf<DecodeImageOp>(),
+                                 {.count = CountEffect::kKeeps, .drops_on_error_skip = true});
+  (void)RegisterBuiltinTransform("resize", TransformFactoryOf<Resize>(), keeps);
+  (void)RegisterBuiltinTransform("center_crop", TransformFactoryOf<CenterCrop>(), keeps);
+  (void)RegisterBuiltinTransform("random_resized_crop", TransformFactoryOf<RandomResizedCrop>(),
+                                 fusable);
+  (void)RegisterBuiltinTransform("flip", TransformFactoryOf<Flip>(), fusable);
+  (void)RegisterBuiltinTransform("normalize", TransformFactoryOf<Normalize>(), fusable);
 }
 
 }  // namespace stoker::data

@@ -79,7 +79,8 @@ NodePtr MakeShuffleBufferNode(NodePtr input, int64_t buffer_size, uint64_t seed,
 
 void RegisterShuffleOp() {
   (void)RegisterDatasetOp(
-      "shuffle", [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
+      "shuffle",
+      [](ParamReader& p, const OpContext& ctx) -> absl::StatusOr<NodePtr> {
         uint64_t s =
             static_cast<uint64_t>(p.Int("seed", static_cast<int64_t>(ctx.pipeline_seed), 0));
         int64_t buffer = p.Int("buffer", 1024, 1, int64_t{1} << 30);
@@ -93,7 +94,8 @@ void RegisterShuffleOp() {
           return MakeShuffleBufferNode(source, buffer, MixSeed({s, ctx.index}), reshuffle);
         }
         return MakeShuffleBufferNode(ctx.input(), buffer, MixSeed({s, ctx.index}), reshuffle);
-      });
+      },
+      {.count = CountEffect::kKeeps});
 }
 
 }  // namespace stoker::data

@@ -18,6 +18,7 @@
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/data/op_registry.h"
 #include "stoker/data/pipeline.h"
 #include "stoker/data/random.h"
 #include "stoker/data/to_device.h"
@@ -32,22 +33,23 @@ using json = nlohmann::json;
 
 double Seconds(std::chrono::milliseconds d) { return d.count() / 1000.0; }
 
-// The batch size when every batch holds `size` consecutive samples of the epoch's order: only
-// per-sample ops and one batch op (no filter, no bucketing, no take/skip/repeat). 0 otherwise.
+// The batch size when every batch holds `size` consecutive samples of the epoch's order: ops that
+// keep the count (their declared traits, op_registry.h) and one batch op without drop_remainder;
+// nothing that drops, groups, takes, skips or repeats. 0 otherwise.
 int64_t PositionBatch(const json& spec) {
-  static const std::set<std::string> kPerSample = {
-      "shuffle",  "decode_image", "resize", "center_crop", "random_resized_crop",
-      "flip",     "normalize",    "cast",   "map_field",   "prefetch",
-      "to_device"};
+  data::RegisterBuiltinOps();
   int64_t batch = 0;
-  if (!spec.contains("ops")) return 0;
+  if (!spec.contains("ops") || !spec["ops"].is_array()) return 0;
   for (const json& op : spec["ops"]) {
-    const std::string name = op.is_object() ? op.value("op", "") : "";
-    if (name == "batch" && batch == 0 && op.contains("size") && op["size"].is_number_integer() &&
-        !op.value("drop_remainder", false))
+    const data::CountEffect effect = data::CountEffectOf(op);
+    if (effect == data::CountEffect::kKeeps) continue;
+    if (effect == data::CountEffect::kBatches && batch == 0 && op.value("op", "") == "batch" &&
+        op.contains("size") && op["size"].is_number_integer() &&
+        !op.value("drop_remainder", false)) {
       batch = std::max<int64_t>(1, op["size"].get<int64_t>());
-    else if (!kPerSample.count(name))
-      return 0;
+      continue;
+    }
+    return 0;
   }
   return batch;
 }
