@@ -19,34 +19,21 @@
 #include <thread>
 #include <vector>
 
+#include "stoker/testing/loopback.h"
+
 extern char** environ;
 
 namespace stoker::testing {
 
 inline std::string StokerBinary() { return std::string(STOKER_TEST_BINARY_DIR) + "/stoker"; }
 
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+inline int FreePort() { return FreeLoopbackPort(); }
 
 // Whether something on 127.0.0.1 accepts a connection on `port`.
 inline bool Accepts(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::close(fd);
-  return ok;
+  int fd = ConnectToLoopback(port);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
 }
 
 // A child process with stdout and stderr in files.

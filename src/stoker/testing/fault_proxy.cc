@@ -16,8 +16,10 @@
 #include "absl/strings/numbers.h"
 #include "stoker/core/fd_io.h"
 #include "stoker/core/logging.h"
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/testing/loopback.h"
 
 namespace stoker::testing {
 namespace {
@@ -255,23 +257,9 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const Options& opt
     return absl::InvalidArgumentError(
         StrCat("FaultProxy: upstream port ", options.upstream_port, " is out of range"));
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(StrCat("FaultProxy: socket: ", std::strerror(errno)));
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(options.port));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 128) != 0) {
-    int error = errno;
-    close(fd);
-    return absl::UnavailableError(StrCat("FaultProxy: cannot listen on 127.0.0.1:", options.port,
-                                         ": ", std::strerror(error)));
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::unique_ptr<FaultProxy> proxy(new FaultProxy(options, fd, ntohs(addr.sin_port)));
+  absl::StatusOr<LoopbackListener> listener = ListenOnLoopback(options.port);
+  if (!listener.ok()) return Annotate(listener.status(), "FaultProxy");
+  std::unique_ptr<FaultProxy> proxy(new FaultProxy(options, listener->fd, listener->port));
   proxy->accept_thread_ = StartThread("fault-accept", [p = proxy.get()] { p->AcceptLoop(); });
   return proxy;
 }

@@ -16,6 +16,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
 #include "stoker/testing/http_server.h"
+#include "stoker/testing/loopback.h"
 #include "stoker/testing/subprocess.h"
 
 namespace stoker::testing {
@@ -37,12 +38,8 @@ struct Response {
 class RawClient {
  public:
   explicit RawClient(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    fd_ = ConnectToLoopback(port);
+    connected_ = fd_ >= 0;
   }
   ~RawClient() { close(fd_); }
   bool connected() const { return connected_; }
@@ -277,17 +274,9 @@ TEST_F(FaultProxyTest, ProbabilityRulesAreSeededAndCanBeCleared) {
 }
 
 TEST(FaultProxyUpstreamTest, UnreachableUpstreamGets502) {
-  // A port nothing listens on: bind one, then close it.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
+  // A port nothing listens on.
   absl::StatusOr<std::unique_ptr<FaultProxy>> proxy =
-      FaultProxy::Start({.upstream_port = ntohs(addr.sin_port)});
+      FaultProxy::Start({.upstream_port = FreeLoopbackPort()});
   ASSERT_TRUE(proxy.ok()) << proxy.status();
   RawClient client((*proxy)->port());
   EXPECT_EQ(client.Get("/anything").status, 502);
