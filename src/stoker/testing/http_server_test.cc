@@ -35,14 +35,8 @@ TEST(HttpTestServerTest, ServesFilesRangesAndListings) {
 TEST(HttpTestServerTest, StopLeavesNothingRunning) {
   absl::StatusOr<std::unique_ptr<HttpTestServer>> server = HttpTestServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<int> pids = ServerProcesses((*server)->state_dir());
   // nginx master + 2 workers, the owner watcher (+ its tail).
-  EXPECT_GE(pids.size(), 3u);
-  for (int pid : pids) EXPECT_TRUE(IsRunning(pid)) << pid;
-  std::string state_dir = (*server)->state_dir();
-  ASSERT_TRUE((*server)->Stop().ok());
-  for (int pid : pids) EXPECT_FALSE(IsRunning(pid)) << pid;
-  EXPECT_FALSE(std::filesystem::exists(state_dir));
+  ExpectStopLeavesNothingRunning(**server, 3);
 }
 
 }  // namespace

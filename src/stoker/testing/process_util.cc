@@ -4,6 +4,9 @@
 #include <fstream>
 #include <set>
 
+#include "gtest/gtest.h"
+#include "stoker/testing/script_server.h"
+
 namespace stoker::testing {
 namespace {
 
@@ -41,6 +44,17 @@ bool IsRunning(int pid) {
   std::string pid_field, name, state;
   if (!(stat >> pid_field >> name >> state)) return false;
   return state != "Z";
+}
+
+void ExpectStopLeavesNothingRunning(ScriptServer& server, size_t min_processes) {
+  std::vector<int> pids = ServerProcesses(server.state_dir());
+  EXPECT_GE(pids.size(), min_processes);
+  for (int pid : pids) EXPECT_TRUE(IsRunning(pid)) << pid;
+  const std::string state_dir = server.state_dir();
+  absl::Status stopped = server.Stop();
+  ASSERT_TRUE(stopped.ok()) << stopped;
+  for (int pid : pids) EXPECT_FALSE(IsRunning(pid)) << pid;
+  EXPECT_FALSE(std::filesystem::exists(state_dir));
 }
 
 }  // namespace stoker::testing

@@ -116,14 +116,8 @@ TEST_F(S3TestServerTest, FaultProxyInFrontOfSwift) {
 TEST(S3TestServerLifecycleTest, StopLeavesNothingRunning) {
   absl::StatusOr<std::unique_ptr<S3TestServer>> server = S3TestServer::Start();
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<int> pids = ServerProcesses((*server)->state_dir());
   // memcached, account, container, object, proxy (+ its workers), the owner watcher (+ tail).
-  EXPECT_GE(pids.size(), 6u);
-  for (int pid : pids) EXPECT_TRUE(IsRunning(pid)) << pid;
-  std::string state_dir = (*server)->state_dir();
-  ASSERT_TRUE((*server)->Stop().ok());
-  for (int pid : pids) EXPECT_FALSE(IsRunning(pid)) << pid;
-  EXPECT_FALSE(std::filesystem::exists(state_dir));
+  ExpectStopLeavesNothingRunning(**server, 6);
 }
 
 }  // namespace
