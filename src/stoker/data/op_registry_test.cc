@@ -25,7 +25,9 @@ TEST(OpRegistryTest, EveryBuiltInOpDeclaresWhatItDoesToTheCount) {
     EXPECT_NE(def->traits.count, CountEffect::kUndeclared)
         << "op '" << name << "' declares no count effect (OpTraits, op_registry.h)";
     EXPECT_EQ(def->traits.per_sample, def->transform != nullptr) << name;
-    if (def->traits.fusable) EXPECT_TRUE(def->traits.per_sample) << name;
+    if (def->traits.fusable) {
+      EXPECT_TRUE(def->traits.per_sample) << name;
+    }
   }
 }
 
