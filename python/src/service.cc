@@ -51,6 +51,8 @@ class ServiceConsumer {
     }
     if (o.contains("resume") && !o["resume"].is_none())
       options.resume = o["resume"].cast<std::string>();
+    if (o.contains("replaces_job") && !o["replaces_job"].is_none())
+      options.replaces_job = o["replaces_job"].cast<int64_t>();
     options.no_worker_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(o["no_worker_timeout"].cast<double>() * 1000));
     auto file = [&](const char* key) {

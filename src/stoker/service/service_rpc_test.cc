@@ -423,6 +423,56 @@ TEST_F(ServiceRpcShortClientTimeoutTest,
       << "job_error '" << resp.job_error() << "', job_finished " << resp.job_finished();
 }
 
+// A resume naming the job its checkpoint was taken from (replaces_job) ends that job at once: its
+// consumer was killed and cannot leave it. Every rank of a coordinated resume names it; the first
+// ends it, the others join the resumed job. A job of another spec is never ended this way.
+TEST_F(ServiceRpcTest, AResumeEndsTheJobItReplaces) {
+  const std::string spec = RangeSpec(300);
+  GetOrCreateJobRequest create;
+  create.set_spec_json(spec);
+  create.set_fingerprint(Fingerprint(spec));
+  create.set_job_name("run-0");
+  create.set_num_consumers(2);
+  GetOrCreateJobResponse old_job;
+  ASSERT_TRUE(GetOrCreateJob(create, &old_job).ok());
+  ClientHeartbeatRequest hb;
+  hb.set_job_id(old_job.job_id());
+  ClientHeartbeatResponse resp;
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());  // a consumer that is then killed: it never leaves
+  EXPECT_EQ(resp.job_error(), "");
+
+  GetOrCreateJobRequest other = create;  // another spec naming the job: refused to end it
+  other.set_spec_json(RangeSpec(200));
+  other.set_fingerprint(Fingerprint(RangeSpec(200)));
+  other.set_job_name("other");
+  other.set_resuming(true);
+  other.set_num_samples(200);
+  other.set_replaces_job(old_job.job_id());
+  GetOrCreateJobResponse unrelated;
+  ASSERT_TRUE(GetOrCreateJob(other, &unrelated).ok());
+  ClientHeartbeatRequest again = hb;
+  again.set_client_id(resp.client_id());
+  ASSERT_TRUE(ClientHeartbeat(again, &resp).ok());
+  EXPECT_EQ(resp.job_error(), "");
+
+  GetOrCreateJobRequest resume = create;
+  resume.set_job_name("run-1");
+  resume.set_resuming(true);
+  resume.set_num_samples(300);
+  ResumePiece* piece = resume.add_resume();
+  piece->set_begin(100);
+  piece->set_end(300);
+  resume.set_replaces_job(old_job.job_id());
+  GetOrCreateJobResponse rank0, rank1;
+  ASSERT_TRUE(GetOrCreateJob(resume, &rank0).ok());
+  ASSERT_TRUE(GetOrCreateJob(resume, &rank1).ok());
+  EXPECT_NE(rank0.job_id(), old_job.job_id());
+  EXPECT_EQ(rank1.job_id(), rank0.job_id());
+  ASSERT_TRUE(ClientHeartbeat(again, &resp).ok());
+  EXPECT_NE(resp.job_error().find("a resume of its checkpoint replaces it"), std::string::npos)
+      << resp.job_error();
+}
+
 // (b) Well-formed requests with hostile values.
 TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
   // A job of its own that the hostile calls below poke at (it never gets a consumer).

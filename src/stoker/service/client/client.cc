@@ -184,6 +184,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     // before, and this client drops the elements of them it had delivered.
     req.set_num_samples(token->num_samples);
     req.set_resuming(true);
+    req.set_replaces_job(options.replaces_job);
     for (const ServiceCheckpoint::Piece& p : token->Remaining()) {
       ResumePiece* r = req.add_resume();
       r->set_begin(p.begin);

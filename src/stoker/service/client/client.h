@@ -65,6 +65,9 @@ struct ServiceClientOptions {
   // its epoch and runs only what it had not delivered, on any number of workers. The spec must
   // be the one it was taken with. Not for coordinated jobs yet.
   std::string resume;
+  // With resume: the job the token was taken from, which the dispatcher then ends if it still
+  // runs (GetOrCreateJobRequest.replaces_job). 0: none.
+  int64_t replaces_job = 0;
   // Cross-trainer cache (needs job_name): every trainer of the job reads all of it, produced
   // once; each names itself with its own trainer_id. on_fall_behind: "recompute" (default: a
   // trainer behind the workers' window gets the elements it missed computed again) or "skip"

@@ -251,6 +251,19 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
         "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
         "runs the whole pipeline, so rounds cannot be formed");
   absl::MutexLock lock(&mu_);
+  if (req.resuming() && req.replaces_job() > 0) {
+    // The job the checkpoint was taken from: a resume replaces it. Its consumers were killed (a
+    // rank killed with kill -9 leaves its job running without a consumer until the client
+    // timeout) or moved on to this resume; ending it now frees its workers. Every rank of a
+    // coordinated resume names it: the first ends it, the others find it ended.
+    const auto* old = state_.FindJob(req.replaces_job());
+    if (old != nullptr && old->ended.empty() && old->error.empty() && !state_.JobFinished(*old) &&
+        old->fingerprint == req.fingerprint()) {
+      RETURN_IF_ERROR(Update({{"type", "end_job"},
+                              {"job_id", old->id},
+                              {"reason", "a resume of its checkpoint replaces it"}}));
+    }
+  }
   if (auto id = state_.FindJobByName(req.job_name())) {
     const auto* job = state_.FindJob(*id);
     // Every consumer of a shared job must ask for the same job: name what differs.
