@@ -7,7 +7,7 @@ otherwise a TypeError says which op or source makes it unknowable in advance.
 
 # Ops that yield exactly one element per input element.
 _KEEPS_COUNT = {"shuffle", "resize", "center_crop", "random_resized_crop", "flip", "normalize",
-                "cast", "map_field", "prefetch", "python_map"}
+                "cast", "map_field", "prefetch", "python_map", "to_device"}
 
 
 def rank_share(n, rank, world_size):
@@ -56,3 +56,64 @@ def elements_per_epoch(spec, source_size, rank=0, world_size=1):
             raise TypeError(f"len() is unknown: {where} is a plugin op, which may drop or add "
                             "elements")
     return n
+
+
+# Why an op makes a service job's count unknown in advance (service_elements_per_epoch).
+_SERVICE_REASONS = {
+    "decode_image": "decode_image with on_error='skip', which drops undecodable images",
+    "filter": "a filter, which drops elements depending on their data",
+    "bucket_by_length": "bucket_by_length, whose batches depend on the lengths in the data",
+    "take": "take, which the workers' splits do not apply to the epoch as a whole",
+    "skip": "skip, which the workers' splits do not apply to the epoch as a whole",
+    "repeat": "repeat, which the workers' splits do not apply to the epoch as a whole",
+}
+
+
+def service_elements_per_epoch(spec, num_samples, num_consumers=0, partial_round="drop"):
+    """Elements one consumer of a service job receives per epoch of num_samples samples (a number,
+    or a function giving it: called only once the ops passed), for a job that fixes the count: one consumer (deterministic) or each trainer of a cross-trainer
+    cache gets the whole epoch; with coordinated reads (num_consumers N) every consumer gets one
+    batch per round.
+
+    The workers cut an epoch into splits; every split but the epoch's last is a multiple of the
+    batch op's size times N (worker_produce.cc, "Coordinated splits hold whole rounds"), so its
+    batches are full and deal out into whole rounds; only the last split has an incomplete batch
+    (dropped with drop_remainder) and an incomplete round (partial_round "drop" drops it, "pad"
+    fills it with the split's first batches again). An epoch of T batches is therefore T per
+    consumer, or T // N rounds ("drop"), or ceil(T / N) ("pad"). That holds only where a split
+    makes the same batches as the in-process epoch: per-sample ops and at most one `batch` op;
+    any other op that changes the count raises TypeError naming it."""
+    batch, drop_remainder = service_batching(spec)
+    n = num_samples() if callable(num_samples) else num_samples
+    total = n // batch if drop_remainder else -(-n // batch)
+    if num_consumers <= 0:
+        return total
+    if partial_round == "pad":
+        return -(-total // num_consumers)
+    return total // num_consumers
+
+
+def service_batching(spec):
+    """(batch size, drop_remainder) of a spec whose count the service fixes (per-sample ops and at
+    most one batch op; batch size 1 without one); TypeError naming the op otherwise."""
+    batch, drop_remainder, batch_at = 1, False, None
+    for i, op in enumerate(spec.get("ops", [])):
+        name = op.get("op")
+        where = f"ops[{i}] ({name})"
+        if name in _KEEPS_COUNT:
+            continue
+        if name == "decode_image" and op.get("on_error", "fail") != "skip":
+            continue
+        if name == "batch" and batch_at is None:
+            batch, drop_remainder, batch_at = int(op["size"]), bool(op.get("drop_remainder",
+                                                                           False)), i
+            continue
+        if name == "batch":
+            why = f"a second batch op (the first is ops[{batch_at}])"
+        elif name == "padded_batch":
+            why = "a padded_batch op, whose batches the service's splits do not align with"
+        else:
+            why = _SERVICE_REASONS.get(name, "a plugin op, which may drop or add elements")
+        raise TypeError(f"len() is unknown on the service: {where} is {why}; only per-sample "
+                        "ops and one batch op give a count known in advance")
+    return batch, drop_remainder

@@ -384,6 +384,11 @@ class DistributedPipeline:
         self._exhausted_epoch = None  # the consumer's epoch, once an iterator delivered all of it
         self._next_epoch = 0
         self._resume = None  # a state from load_state_dict, for the next consumer
+        # Coordinated reads without a job_name (the torch adapter under torch.distributed): the
+        # run's name, agreed once by every rank (rank 0 draws it), and how many jobs this object
+        # has made under it; job k is named "<run name>-<k>" on every rank alike (docs/python.md).
+        self._run_name = None
+        self._generation = 0
 
     @property
     def spec(self):
@@ -422,7 +427,8 @@ class DistributedPipeline:
                 return dict(self._resume)
             raise RuntimeError("state_dict: this distributed pipeline has not been iterated yet")
         return {"stoker_token": self._consumer.checkpoint(),
-                "fingerprint": self._consumer.fingerprint, "epoch": self._consumer.epoch}
+                "fingerprint": self._consumer.fingerprint, "epoch": self._consumer.epoch,
+                "job_id": self._consumer.job_id}
 
     def load_state_dict(self, state):
         """The next iteration continues from `state` (from state_dict() of the same pipeline,
@@ -452,14 +458,30 @@ class DistributedPipeline:
             resume = self._resume
             self.close()
             epochs = self.num_epochs if self.num_epochs is not None else _OPEN_ENDED_EPOCHS
-            if resume is not None and int(resume["epoch"]) != int(epoch):
+            first = int(epoch)
+            if resume is not None and int(resume["epoch"]) == first - 1:
+                # A state taken at (or near) the end of its epoch, then the next epoch: resume (so
+                # that the state's job is replaced, not left running), then move on.
+                first = int(resume["epoch"])
+            elif resume is not None and int(resume["epoch"]) != first:
                 resume = None  # set_epoch moved elsewhere: start that epoch afresh
+            name = job_name
+            if num_consumers > 0 and not name:
+                # Every rank makes the same sequence of jobs (same epochs, same resumes), so
+                # numbering them after one agreed name needs no further collective call.
+                if self._run_name is None:
+                    self._run_name = _shared_job_name(self.pipeline)
+                name = f"{self._run_name}-{self._generation}"
+                self._generation += 1
             c = _stoker.ServiceConsumer({
                 "resume": resume["stoker_token"] if resume is not None else None,
-                "dispatcher": self.dispatcher, "job_name": job_name,
+                # The job the state was taken from: the dispatcher ends it if it still runs (a
+                # process killed with kill -9 could not leave it).
+                "replaces_job": int(resume.get("job_id") or 0) if resume is not None else 0,
+                "dispatcher": self.dispatcher, "job_name": name,
                 "spec_json": self.pipeline.to_json(), "sharding": self.sharding,
                 "compression": self.compression, "num_epochs": int(epochs),
-                "first_epoch": int(epoch), "num_consumers": int(num_consumers),
+                "first_epoch": first, "num_consumers": int(num_consumers),
                 "consumer_index": int(consumer_index), "partial_round": self.partial_round,
                 "deterministic": bool(self.deterministic),
                 "no_worker_timeout": float(self.no_worker_timeout), **self.security,
@@ -467,26 +489,68 @@ class DistributedPipeline:
                 "trainer_id": self.trainer_id, "on_fall_behind": self.on_fall_behind,
                 "prefetch_mb": self.prefetch_mb, "shared_memory": bool(self.shared_memory)})
             self._consumer, self._consumer_key = c, key
+            if first < epoch and not c.advance_epoch():
+                raise ValueError(f"epoch {epoch}: the job has no epoch after {first}")
         self._exhausted_epoch = None
         return c
 
+    def num_elements(self, rank=0, world_size=1):
+        """Elements (batches) one epoch delivers to consumer `rank` of `world_size`, as iterator()
+        with the same arguments reads the job; TypeError naming the mode or op where the service
+        does not fix that count in advance (docs/python.md, "len() on the service")."""
+        n, _ = self._mode(rank, world_size)
+        if self.sharding == "off":
+            mode = "sharding 'off' (every worker runs the whole pipeline)"
+        elif self.cross_trainer_cache or n > 0 or self.deterministic:
+            mode = None  # every trainer, every round, or the one consumer: a fixed count
+        else:
+            mode = ("a shared job (job_name without num_consumers, deterministic=False), whose "
+                    "consumers take splits first come first served")
+        if mode is not None:
+            raise TypeError(f"len() is unknown on the service for {mode}: how many elements "
+                            "this consumer gets depends on timing; use coordinated reads "
+                            "(num_consumers, or the torch adapter under torch.distributed) or a "
+                            "deterministic job for a fixed count, or count the batches of an "
+                            "epoch")
+        # The ops first (from the spec alone), then the sample count (may read the manifest).
+        return _length.service_elements_per_epoch(self.pipeline.spec, self._num_samples, n,
+                                                  self.partial_round)
+
+    def _num_samples(self):
+        """Samples per epoch: as the job's workers counted them once a consumer exists, else from
+        the source here (a dataset's manifest; the trainer needs no other data access)."""
+        if self._consumer is not None:
+            return self._consumer.num_samples(60.0)
+        try:
+            size = self.pipeline.source_size
+        except (OSError, _stoker.StokerError) as e:  # the trainer may not reach the data
+            raise TypeError("len() is unknown yet: the dataset's sample count comes from its "
+                            f"manifest, which this process cannot read ({e}); it is known once "
+                            "the first epoch has started (iterate first)") from e
+        if size is None:
+            _length.elements_per_epoch(self.pipeline.spec, None)  # raises, saying why
+        return size
+
     def __len__(self):
-        raise TypeError("len() is unknown on the service: the job's consumers take splits as "
-                        "they go, so how many elements each one gets is not known in advance "
-                        "(count the batches of one epoch, or use len() of the in-process pipeline)")
+        """Elements (batches) per epoch this consumer receives (num_elements())."""
+        return self.num_elements()
+
+    def _mode(self, rank=0, world_size=1):
+        """(num_consumers, consumer_index) this object reads with: its own, or with world_size > 1
+        and none of its own, coordinated reads by world_size ranks (0, 0: one consumer)."""
+        n, i = self.num_consumers, self.consumer_index
+        if n is None and world_size > 1:
+            n, i = world_size, rank
+        if n is None:
+            n, i = 0, 0
+        return n, i
 
     def iterator(self, epoch=0, threads=0, rank=0, world_size=1):
         """An iterator over epoch `epoch` of the job. With world_size > 1 and no num_consumers of
         its own, the job is read with coordinated reads by world_size ranks (this one is `rank`);
         threads is ignored (the workers run the pipeline)."""
-        n, i, name = self.num_consumers, self.consumer_index, self.job_name
-        if n is None and world_size > 1:
-            n, i = world_size, rank
-            if not name:
-                name = _shared_job_name(self.pipeline)
-        if n is None:
-            n, i = 0, 0
-        consumer = self._consumer_for(epoch, n, i, name)
+        n, i = self._mode(rank, world_size)
+        consumer = self._consumer_for(epoch, n, i, self.job_name)
         it = ServiceIterator(consumer, self, epoch)
         self._open_iterator = it
         self._next_epoch = epoch + 1

@@ -5,9 +5,10 @@
 
 stoker batches and parallelises in C++, so the DataLoader must neither batch again
 (batch_size=None) nor fork workers (num_workers=0): workers would each run the whole pipeline and
-copy every batch through shared memory. Tensors come from torch.from_numpy: they share memory with
-stoker's buffers (read-only; don't write into them in place). pin_memory=True copies each batch
-into page-locked memory (one copy) for faster host-to-GPU transfer; it needs CUDA.
+copy every batch through shared memory. Tensors are the batch's own memory, which the trainer may
+modify in place (batch["jpg"].mul_(2)): each CPU tensor is one copy of stoker's read-only buffer
+(which may be a worker's shared memory or the block cache), or with pin_memory=True that copy is
+into page-locked memory, for faster host-to-GPU transfer (needs CUDA).
 len(ds) is the number of batches this rank gets per epoch (TypeError when the spec makes it
 unknowable, e.g. a filter); a DataLoader that batches again (batch_size not None) is refused.
 
@@ -31,9 +32,10 @@ import torch as _torch
 from . import _stoker
 from .pipeline import Pipeline
 
-# Arrays from stoker are read-only views; torch warns once about that for from_numpy. The memory is
-# valid and shared as documented above.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+# Arrays from stoker are read-only views; torch warns about that for from_numpy, which this module
+# calls on them only to copy them into pinned memory (_to_torch). Users' own calls still warn.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
+                        module=r"stoker\.torch")
 
 
 def _default_rank_world():
@@ -85,11 +87,16 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         return self._generate()
 
     def _generate(self):
+        state, self._pending_state = self._pending_state, None
+        if state is not None and hasattr(self.pipeline, "load_state_dict"):
+            # The service: the consumer starts from the state, so no job is made for the epoch's
+            # start only to be left at once.
+            self.pipeline.load_state_dict(state)
+            state = None
         it = self.pipeline.iterator(epoch=self._epoch, threads=self.threads, rank=self.rank,
                                     world_size=self.world_size)
-        if self._pending_state is not None:
-            it.load_state_dict(self._pending_state)
-            self._pending_state = None
+        if state is not None:
+            it.load_state_dict(state)
         self._iterator = it
         for element in it:
             yield self._to_torch(element)
@@ -104,10 +111,15 @@ class IterableDataset(_torch.utils.data.IterableDataset):
                 # GPU memory: torch's current stream waits for the batch's event; no copy.
                 out[name] = _torch.from_dlpack(value)
                 continue
-            tensor = _torch.from_numpy(value)
+            # stoker's arrays are read-only views of memory that may be shared (a worker's
+            # shared-memory segment, the block cache): the tensor gets its own copy, which the
+            # trainer may modify in place. pin_memory's copy is already the batch's own.
             if self.pin_memory:
-                tensor = tensor.pin_memory()
-            out[name] = tensor
+                out[name] = _torch.from_numpy(value).pin_memory()
+            else:
+                # numpy's copy: 3-6x torch's copy_ on Debian's torch (docs/python.md, "Batches
+                # are yours").
+                out[name] = _torch.from_numpy(value.copy())
         return out
 
     def loader(self, **kwargs):
@@ -116,6 +128,19 @@ class IterableDataset(_torch.utils.data.IterableDataset):
         kwargs.setdefault("batch_size", None)
         kwargs.setdefault("num_workers", 0)
         return _torch.utils.data.DataLoader(self, **kwargs)
+
+    @property
+    def job_id(self):
+        """The service job the last iteration read (None in-process or before iterating): one job
+        for every epoch of the run."""
+        return getattr(self._iterator, "job_id", None)
+
+    def close(self):
+        """On the service: leaves the job now, which ends it once every consumer left (the end of
+        the process does the same). In-process: nothing to do."""
+        self._iterator = None
+        if hasattr(self.pipeline, "close"):
+            self.pipeline.close()
 
     def state_dict(self):
         """The position after the last batch yielded by the current iteration (for checkpoints)."""

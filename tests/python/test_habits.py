@@ -48,8 +48,13 @@ def test_len_says_why_it_is_unknown(shards):
             stoker._length.elements_per_epoch(pipe.spec, 60)
     with pytest.raises(TypeError, match="stream of .tar/.tfrecord files"):
         stoker._length.elements_per_epoch(stoker.tar(["a.tar"]).spec, None)
-    with pytest.raises(TypeError, match="on the service"):
-        len(base.batch(4).distribute(dispatcher="127.0.0.1:1"))
+    # The service: known without contacting it for one consumer in order (from the spec and the
+    # manifest), refused naming the mode for a shared job.
+    assert len(base.batch(4).distribute(dispatcher="127.0.0.1:1")) == len(base.batch(4))
+    with pytest.raises(TypeError, match="on the service for a shared job"):
+        len(base.batch(4).distribute(dispatcher="127.0.0.1:1", job_name="shared"))
+    with pytest.raises(TypeError, match=r"on the service: ops\[1\] \(repeat\)"):
+        len(base.batch(4).repeat(2).distribute(dispatcher="127.0.0.1:1"))
 
 
 def test_classes_are_the_sorted_class_folders_and_match_the_cls_field(

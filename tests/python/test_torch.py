@@ -26,17 +26,31 @@ def test_iterable_dataset_with_a_dataloader(shards):
         np.testing.assert_array_equal(got["jpg"].numpy(), want["jpg"])
 
 
-def test_tensors_share_stokers_memory(shards):
+def test_batches_are_the_trainers_own_tensors_and_numpy_views_refuse_writes(shards):
+    """docs/python.md, "Batches are yours": torch tensors are private copies a trainer may modify
+    in place; the numpy arrays stay read-only views of stoker's buffers and refuse writes."""
     pipe = stoker.dataset(shards).decode_image("jpg").center_crop("jpg", 64).batch(4)
-    ds = stoker.torch.IterableDataset(pipe)
-    it = iter(ds)
-    batch = next(it)
     element = next(iter(pipe))
-    assert batch["jpg"].shape == (4, 64, 64, 3)
-    # The tensor's storage is the numpy view of stoker's buffer (same bytes as a fresh run).
-    np.testing.assert_array_equal(batch["jpg"].numpy(), element["jpg"])
-    array = ds._to_torch(element)["jpg"]
-    assert array.data_ptr() == element["jpg"].ctypes.data
+    assert not element["jpg"].flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        element["jpg"][0, 0, 0, 0] = 1
+    before = element["jpg"].copy()
+    ds = stoker.torch.IterableDataset(pipe)
+    batch = ds._to_torch(element)
+    x = batch["jpg"]
+    assert x.shape == (4, 64, 64, 3) and x.is_contiguous()
+    assert x.data_ptr() != element["jpg"].ctypes.data       # not stoker's buffer
+    x.mul_(2)                                                # allowed, and changes only x
+    np.testing.assert_array_equal(x.numpy(), (before * 2).astype(np.uint8))
+    np.testing.assert_array_equal(element["jpg"], before)
+    # Through the DataLoader too, every field.
+    for got, want in zip(ds.loader(), pipe):
+        got["jpg"].sub_(1)
+        got["cls"].add_(10)
+        np.testing.assert_array_equal(got["jpg"].numpy(), (want["jpg"] - 1).astype(np.uint8))
+        np.testing.assert_array_equal(got["cls"].numpy(), want["cls"] + 10)
+    # A second epoch is unchanged by what the trainer did to the first.
+    np.testing.assert_array_equal(next(iter(ds))["jpg"].numpy(), before)
 
 
 def test_ranks_split_the_epoch_and_state_resumes(shards):
