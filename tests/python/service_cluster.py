@@ -25,6 +25,8 @@ class Cluster:
              "--worker-timeout-ms", str(worker_timeout_ms)], self.dispatcher_log)
         line = self._first_line(self.dispatcher)   # "dispatcher: serving on port N, ..."
         self.port = int(re.search(r"serving on port (\d+)", line).group(1))
+        http = re.search(r"/healthz on port (\d+)", line)  # also /metrics and the status page
+        self.http_port = int(http.group(1)) if http else None
         self.address = f"127.0.0.1:{self.port}"
         self.workers = []
 
