@@ -384,9 +384,9 @@ class DistributedPipeline:
         self._exhausted_epoch = None  # the consumer's epoch, once an iterator delivered all of it
         self._next_epoch = 0
         self._resume = None  # a state from load_state_dict, for the next consumer
-        # Coordinated reads without a job_name (the torch adapter under torch.distributed): the
-        # run's name, agreed once by every rank (rank 0 draws it), and how many jobs this object
-        # has made under it; job k is named "<run name>-<k>" on every rank alike (docs/python.md).
+        # Without a job_name: the run's name (drawn here, or for coordinated reads agreed once by
+        # every rank: rank 0 draws it) and how many jobs this object has made under it; job k is
+        # named "<run name>-<k>" (on every rank alike) (docs/python.md).
         self._run_name = None
         self._generation = 0
 
@@ -466,11 +466,15 @@ class DistributedPipeline:
             elif resume is not None and int(resume["epoch"]) != first:
                 resume = None  # set_epoch moved elsewhere: start that epoch afresh
             name = job_name
-            if num_consumers > 0 and not name:
-                # Every rank makes the same sequence of jobs (same epochs, same resumes), so
-                # numbering them after one agreed name needs no further collective call.
+            if not name:
+                # This object's jobs get names of its own: "<run name>-<k>" for its k-th job. A
+                # name makes a GetOrCreateJob that is retried (its reply late under load) find
+                # its job instead of creating a second one. Coordinated ranks agree on the run
+                # name once (torch.distributed); as every rank makes the same sequence of jobs
+                # (same epochs, same resumes), numbering them needs no further collective call.
                 if self._run_name is None:
-                    self._run_name = _shared_job_name(self.pipeline)
+                    self._run_name = (_shared_job_name(self.pipeline) if num_consumers > 0
+                                      else _own_job_name(self.pipeline))
                 name = f"{self._run_name}-{self._generation}"
                 self._generation += 1
             c = _stoker.ServiceConsumer({
@@ -487,7 +491,10 @@ class DistributedPipeline:
                 "no_worker_timeout": float(self.no_worker_timeout), **self.security,
                 "cross_trainer_cache": bool(self.cross_trainer_cache),
                 "trainer_id": self.trainer_id, "on_fall_behind": self.on_fall_behind,
-                "prefetch_mb": self.prefetch_mb, "shared_memory": bool(self.shared_memory)})
+                "prefetch_mb": self.prefetch_mb, "shared_memory": bool(self.shared_memory),
+                # The job's name on the status page and /metrics (issue 24); a binding without
+                # the key ignores it.
+                "display_name": _display_name()})
             self._consumer, self._consumer_key = c, key
             if first < epoch and not c.advance_epoch():
                 raise ValueError(f"epoch {epoch}: the job has no epoch after {first}")
@@ -574,6 +581,28 @@ class DistributedPipeline:
             self.close()
         except Exception:
             pass
+
+
+def _display_name():
+    """<user>@<host>:<program>: who runs this consumer, for operators (the dispatcher's status
+    page and /metrics name a job by it)."""
+    import getpass
+    import socket
+    import sys
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name for this uid (a container)
+        user = str(os.getuid())
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    return f"{user}@{socket.gethostname()}:{program or 'python'}"
+
+
+def _own_job_name(pipeline):
+    """A job name for one consumer's own jobs: nobody else gives it."""
+    import hashlib
+    import uuid
+    digest = hashlib.sha256(pipeline.to_json().encode()).hexdigest()[:12]
+    return f"py-{digest}-{uuid.uuid4().hex[:12]}"
 
 
 def _shared_job_name(pipeline):
