@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bindings.h"
+#include "stoker/data/op_registry.h"
 #include "stoker/data/tensor.h"
 
 namespace stoker::python {
@@ -111,7 +112,62 @@ class ShardedIterator : public Iterator {
 
 }  // namespace
 
+namespace {
+
+// The op registry's declared count effects (op_registry.h), for len() (stoker/_length.py): the
+// one place that knows what each op does to the number of elements.
+const char* CountEffectName(data::CountEffect effect) {
+  switch (effect) {
+    case data::CountEffect::kKeeps:
+      return "keeps";
+    case data::CountEffect::kMayDrop:
+      return "may_drop";
+    case data::CountEffect::kBatches:
+      return "batches";
+    case data::CountEffect::kGroupsByData:
+      return "groups_by_data";
+    case data::CountEffect::kTakes:
+      return "takes";
+    case data::CountEffect::kSkips:
+      return "skips";
+    case data::CountEffect::kRepeats:
+      return "repeats";
+    case data::CountEffect::kUndeclared:
+      break;
+  }
+  return "undeclared";
+}
+
+nlohmann::json ParseJson(const std::string& text, const char* what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw py::value_error(std::string(what) + ": not valid JSON");
+  return j;
+}
+
+}  // namespace
+
 void BindPipeline(py::module_& m) {
+  m.def(
+      "elements_per_epoch",
+      [](const std::string& ops_json, int64_t source_elements) {
+        data::RegisterBuiltinOps();
+        absl::StatusOr<int64_t> n =
+            data::ElementsPerEpoch(ParseJson(ops_json, "ops"), source_elements);
+        if (!n.ok()) throw py::type_error("len() is unknown: " + std::string(n.status().message()));
+        return *n;
+      },
+      py::arg("ops_json"), py::arg("source_elements"),
+      "elements per epoch of ops (JSON) over source_elements; TypeError naming the op when the "
+      "data decides");
+  m.def(
+      "count_effect",
+      [](const std::string& op_json) {
+        data::RegisterBuiltinOps();
+        return CountEffectName(data::CountEffectOf(ParseJson(op_json, "op")));
+      },
+      py::arg("op_json"),
+      "what the op does to the element count: keeps, may_drop, batches, groups_by_data, takes, "
+      "skips, repeats or undeclared");
   py::class_<Iterator>(m, "Iterator")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &Iterator::Next)

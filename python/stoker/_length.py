@@ -2,12 +2,13 @@
 
 Known when the source is indexed (a converted dataset knows its shards' sample counts) and every
 op either keeps the count or changes it predictably (batch, take, skip, repeat with a count);
-otherwise a TypeError says which op or source makes it unknowable in advance.
+otherwise a TypeError says which op or source makes it unknowable in advance. What each op does to
+the count is read from the C++ op registry (its OpTraits), not listed here.
 """
 
-# Ops that yield exactly one element per input element.
-_KEEPS_COUNT = {"shuffle", "resize", "center_crop", "random_resized_crop", "flip", "normalize",
-                "cast", "map_field", "prefetch", "python_map", "to_device"}
+import json
+
+from . import _stoker
 
 
 def rank_share(n, rank, world_size):
@@ -26,36 +27,9 @@ def elements_per_epoch(spec, source_size, rank=0, world_size=1):
                         "sample count is not known without reading them all; iterate instead, or "
                         "`stoker convert` them to a dataset (its manifest records the counts)")
     n = rank_share(source_size, rank, world_size)
-    for i, op in enumerate(spec.get("ops", [])):
-        name = op.get("op")
-        where = f"ops[{i}] ({name})"
-        if name in _KEEPS_COUNT:
-            continue
-        if name == "decode_image":
-            if op.get("on_error", "fail") == "skip":
-                raise TypeError(f"len() is unknown: {where} has on_error='skip', so undecodable "
-                                "images are dropped and the count depends on the data")
-        elif name in ("batch", "padded_batch"):
-            size = int(op["size"])
-            n = n // size if op.get("drop_remainder", False) else -(-n // size)
-        elif name == "take":
-            n = min(n, int(op["count"]))
-        elif name == "skip":
-            n = max(0, n - int(op["count"]))
-        elif name == "repeat":
-            count = int(op.get("count", -1))
-            if count < 0:
-                raise TypeError(f"len() is unknown: {where} repeats forever")
-            n *= count
-        elif name == "filter":
-            raise TypeError(f"len() is unknown: {where} drops elements depending on their data")
-        elif name == "bucket_by_length":
-            raise TypeError(f"len() is unknown: {where} makes batches whose number depends on "
-                            "the lengths in the data")
-        else:
-            raise TypeError(f"len() is unknown: {where} is a plugin op, which may drop or add "
-                            "elements")
-    return n
+    # What each op does to the count is declared once, with the op, in the C++ op registry
+    # (op_registry.h); TypeError naming the op when the data decides.
+    return _stoker.elements_per_epoch(json.dumps(spec.get("ops", [])), n)
 
 
 # Why an op makes a service job's count unknown in advance (service_elements_per_epoch).
@@ -100,9 +74,7 @@ def service_batching(spec):
     for i, op in enumerate(spec.get("ops", [])):
         name = op.get("op")
         where = f"ops[{i}] ({name})"
-        if name in _KEEPS_COUNT:
-            continue
-        if name == "decode_image" and op.get("on_error", "fail") != "skip":
+        if _stoker.count_effect(json.dumps(op)) == "keeps":
             continue
         if name == "batch" and batch_at is None:
             batch, drop_remainder, batch_at = int(op["size"]), bool(op.get("drop_remainder",

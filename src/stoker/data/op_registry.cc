@@ -144,7 +144,8 @@ absl::StatusOr<int64_t> ElementsPerEpoch(const nlohmann::json& ops, int64_t sour
       case CountEffect::kUndeclared:
         return unknown(FindOp(name) != nullptr
                            ? "is a plugin op, which may drop elements"
-                           : "is not an op of this stoker (a plugin not loaded here?)");
+                           : "is a plugin op (not loaded in this process) or no op at all, and may "
+                             "drop elements");
     }
   }
   return n;

@@ -75,7 +75,7 @@ TEST(OpRegistryTest, ElementsPerEpochFollowsTheDeclaredEffects) {
             "ops[0] (decode_image) has on_error"},
            {ops({{{"op", "repeat"}}}), "ops[0] (repeat) repeats forever"},
            {ops({{{"op", "bucket_by_length"}}}), "ops[0] (bucket_by_length) makes batches"},
-           {ops({{{"op", "mystery"}}}), "ops[0] (mystery) is not an op"}}) {
+           {ops({{{"op", "mystery"}}}), "ops[0] (mystery) is a plugin op (not loaded"}}) {
     auto n = ElementsPerEpoch(spec, 103);
     EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition) << spec.dump();
     EXPECT_THAT(std::string(n.status().message()), HasSubstr(why));
