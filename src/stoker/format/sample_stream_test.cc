@@ -99,6 +99,22 @@ TEST(TfRecordTest, DecodesTensorFlowStyleExamples) {
   EXPECT_EQ(samples[0].Find("tags.1")->view(), "b");
 }
 
+TEST(TfRecordTest, EmptyListsAreEmptyFields) {
+  tfexample::Example example;
+  auto& features = *example.mutable_features()->mutable_feature();
+  features["bytes"].mutable_bytes_list();
+  features["ints"].mutable_int64_list();
+  features["floats"].mutable_float_list();
+  features["one_empty_value"].mutable_bytes_list()->add_value("");
+  auto sample = tfrecord::ExampleToSample(example.SerializeAsString(), "k");
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  ASSERT_EQ(sample->fields.size(), 4u);
+  for (const char* name : {"bytes", "ints", "floats", "one_empty_value"}) {
+    ASSERT_NE(sample->Find(name), nullptr) << name;
+    EXPECT_EQ(sample->Find(name)->size(), 0u) << name;
+  }
+}
+
 TEST(TfRecordTest, CorruptDataIsDataLossOrSkipped) {
   std::string file;
   for (int i = 0; i < 3; ++i)

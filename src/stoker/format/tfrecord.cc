@@ -78,7 +78,10 @@ absl::StatusOr<Sample> ExampleToSample(std::string_view bytes, std::string defau
     switch (feature.kind_case()) {
       case tfexample::Feature::kBytesList: {
         auto* values = feature.mutable_bytes_list()->mutable_value();
-        if (values->size() == 1) {
+        if (values->empty()) {
+          // An empty list is kept as an empty field, as an empty int64_list or float_list is.
+          sample.fields.push_back({name, Buffer()});
+        } else if (values->size() == 1) {
           sample.fields.push_back({name, Buffer::FromString(std::move((*values)[0]))});
         } else {
           for (int i = 0; i < values->size(); ++i) {
