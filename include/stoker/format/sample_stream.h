@@ -16,7 +16,10 @@
 namespace stoker::format {
 
 enum class StreamFormat {
-  kAuto,  // from the URL: *.tar → kTar; *.tfrecord, *.tfrecords, *.tfr → kTfRecord; *.stk → kShard
+  // From the URL: *.tar → kTar; *.tfrecord, *.tfrecords, *.tfr, *.tfrec → kTfRecord; *.stk →
+  // kShard; any other name from the content (a TFRecord header whose length CRC matches, a tar
+  // header whose checksum matches, the shard magic), else InvalidArgument saying why.
+  kAuto,
   kTar,       // WebDataset tar (docs/format.md)
   kTfRecord,  // TFRecord of tf.train.Example
   kShard,     // a stoker shard, records in order
@@ -51,7 +54,8 @@ absl::StatusOr<std::unique_ptr<SampleStream>> OpenSampleStream(std::string_view 
 std::unique_ptr<SampleStream> OpenSampleStreams(std::vector<std::string> urls,
                                                 StreamOptions options = {});
 
-// The format OpenSampleStream would use for `url` (kAuto resolved); InvalidArgument if unknown.
+// The format `url`'s name says (kAuto resolved from the name alone); InvalidArgument if it says
+// none (OpenSampleStream then looks at the content).
 absl::StatusOr<StreamFormat> DetectStreamFormat(std::string_view url);
 
 }  // namespace stoker::format

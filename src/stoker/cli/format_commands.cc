@@ -21,6 +21,8 @@
 #include "stoker/format/convert.h"
 #include "stoker/format/sample_stream.h"
 #include "stoker/format/sharded_dataset.h"
+#include "stoker/format/sniff.h"
+#include "stoker/io/url.h"
 
 namespace stoker::cli {
 namespace {
@@ -78,7 +80,7 @@ class ProgressPrinter {
 };
 
 struct ConvertArgs {
-  std::string src, dst, shard_size = "256MiB";
+  std::string src, dst, shard_size = "256MiB", input_format;
   int zstd = 0;
   int jobs = 4;
   ProgressMode progress = ProgressMode::kAuto;
@@ -92,6 +94,9 @@ absl::Status Convert(const ConvertArgs& args) {
   options.zstd_level = args.zstd;
   options.parallelism = std::max(1, args.jobs);
   options.progress = &progress;
+  if (!args.input_format.empty()) {
+    ASSIGN_OR_RETURN(options.input_format, format::ParseSourceKind(args.input_format));
+  }
   absl::Time start = absl::Now();
   absl::StatusOr<format::ConvertSummary> summary;
   {
@@ -132,6 +137,11 @@ absl::Status Convert(const ConvertArgs& args) {
                 static_cast<unsigned long long>(summary->hidden_files),
                 examples(summary->hidden_examples, summary->hidden_files).c_str());
   }
+  if (summary->unrecognised_files > 0) {
+    std::printf("left out %llu file(s) that are neither TFRecord nor WebDataset tar: %s\n",
+                static_cast<unsigned long long>(summary->unrecognised_files),
+                examples(summary->unrecognised_examples, summary->unrecognised_files).c_str());
+  }
   if (summary->broken_links > 0) {
     std::printf("left out %llu broken symbolic link(s) (target missing): %s\n",
                 static_cast<unsigned long long>(summary->broken_links),
@@ -141,15 +151,17 @@ absl::Status Convert(const ConvertArgs& args) {
 }
 
 struct InspectArgs {
-  std::string url;
+  std::string url, input_format;
   bool verify = false;
   int keys = 5;
 };
 
 // A TFRecord or tar file: read it through (every CRC the format has is checked on the way).
-absl::Status InspectStream(const InspectArgs& args) {
+absl::Status InspectStream(const InspectArgs& args, format::StreamFormat format) {
+  format::StreamOptions options;
+  options.format = format;
   ASSIGN_OR_RETURN(std::unique_ptr<format::SampleStream> stream,
-                   format::OpenSampleStream(args.url));
+                   format::OpenSampleStream(args.url, options));
   uint64_t samples = 0, bytes = 0;
   std::set<std::string> fields;
   std::vector<std::string> first_keys;
@@ -162,8 +174,8 @@ absl::Status InspectStream(const InspectArgs& args) {
     if (first_keys.size() < static_cast<size_t>(args.keys)) first_keys.push_back(sample->key);
   }
   std::printf("%s\n  format: %s\n  samples: %llu\n  sample bytes: %s\n  fields:", args.url.c_str(),
-              args.url.ends_with(".tar") ? "WebDataset tar" : "TFRecord",
-              static_cast<unsigned long long>(samples), HumanBytes(bytes).c_str());
+              format::StreamFormatName(format), static_cast<unsigned long long>(samples),
+              HumanBytes(bytes).c_str());
   for (const std::string& f : fields) std::printf(" %s", f.c_str());
   std::printf("\n  first keys:\n");
   for (const std::string& k : first_keys) std::printf("    %s\n", k.c_str());
@@ -171,11 +183,38 @@ absl::Status InspectStream(const InspectArgs& args) {
   return absl::OkStatus();
 }
 
-absl::Status Inspect(const InspectArgs& args) {
-  if (args.url.ends_with(".tar") || args.url.ends_with(".tfrecord") ||
-      args.url.ends_with(".tfrecords") || args.url.ends_with(".tfr")) {
-    return InspectStream(args);
+// The format of URL when it is one TFRecord or tar file (by its content, or as --input-format
+// says), nullopt for a dataset (a folder or prefix, its manifest, a shard).
+absl::StatusOr<std::optional<format::StreamFormat>> InspectedFileFormat(const InspectArgs& args) {
+  std::optional<format::SourceKind> want;
+  if (!args.input_format.empty()) {
+    ASSIGN_OR_RETURN(want, format::ParseSourceKind(args.input_format));
+    if (want == format::SourceKind::kFolderTree) {
+      return absl::InvalidArgumentError("stoker inspect: --input-format takes tfrecord or tar");
+    }
   }
+  if (!want.has_value() && (args.url.ends_with(format::kManifestName) ||
+                            format::FormatFromName(args.url) == format::StreamFormat::kShard)) {
+    return std::nullopt;
+  }
+  ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(args.url));
+  if (target.key.empty() || target.key.ends_with("/")) return std::nullopt;
+  absl::StatusOr<io::ObjectInfo> info = target.store->Stat(target.key);
+  if (absl::IsNotFound(info.status()) && !want.has_value()) return std::nullopt;  // a folder
+  RETURN_IF_ERROR(info.status());
+  ASSIGN_OR_RETURN(format::StreamFormat format,
+                   format::DetectObjectFormat(
+                       *target.store, target.key, info->size, target.store->Url(target.key),
+                       want == format::SourceKind::kTar        ? format::StreamFormat::kTar
+                       : want == format::SourceKind::kTfRecord ? format::StreamFormat::kTfRecord
+                                                               : format::StreamFormat::kAuto));
+  if (format == format::StreamFormat::kShard) return std::nullopt;
+  return std::optional<format::StreamFormat>(format);
+}
+
+absl::Status Inspect(const InspectArgs& args) {
+  ASSIGN_OR_RETURN(std::optional<format::StreamFormat> file_format, InspectedFileFormat(args));
+  if (file_format.has_value()) return InspectStream(args, *file_format);
   ASSIGN_OR_RETURN(std::shared_ptr<format::ShardedDataset> ds,
                    format::ShardedDataset::Open(args.url));
   const format::Manifest& m = ds->manifest();
@@ -246,7 +285,10 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
   // Static, so the parsed options outlive parsing without a heap object the leak checker flags.
   static ConvertArgs convert_args;
   ConvertArgs* c = &convert_args;
-  convert->add_option("SRC", c->src, "folder tree root, .tar / .tfrecord file, or a folder of them")
+  convert
+      ->add_option("SRC", c->src,
+                   "folder tree root, a TFRecord file or WebDataset tar, or a folder of them "
+                   "(told apart by content, whatever their names)")
       ->required();
   convert->add_option("DST", c->dst, "destination folder or s3://bucket/prefix")->required();
   convert
@@ -256,18 +298,24 @@ void RegisterFormatCommands(CLI::App& app, absl::Status* result) {
   convert->add_option("--zstd", c->zstd, "compress each record with zstd at this level (0: off)")
       ->capture_default_str();
   convert->add_option("-j,--jobs", c->jobs, "shards written in parallel")->capture_default_str();
+  convert->add_option("--input-format", c->input_format,
+                      "what SRC holds: tfrecord, tar (WebDataset; also 'wds') or tree (a folder "
+                      "tree); default: worked out from the files' content (docs/format.md)");
   AddProgressFlags(convert, &c->progress);
   convert->callback([=] { *result = Convert(*c); });
 
   auto* inspect = app.add_subcommand(
       "inspect",
-      "Describe a stoker dataset or shard (or a .tar / .tfrecord file): counts, sizes, "
+      "Describe a stoker dataset or shard (or a TFRecord file or WebDataset tar): counts, sizes, "
       "fields, first keys; --verify checks every CRC");
   static InspectArgs inspect_args;
   InspectArgs* i = &inspect_args;
   inspect
-      ->add_option("URL", i->url, "dataset folder/prefix, manifest.json, shard, .tar or .tfrecord")
+      ->add_option("URL", i->url,
+                   "dataset folder/prefix, manifest.json, shard, TFRecord file or WebDataset tar")
       ->required();
+  inspect->add_option("--input-format", i->input_format,
+                      "URL is a file of this format: tfrecord or tar (default: from its content)");
   inspect->add_flag("--verify", i->verify, "read every record and check its CRC");
   inspect->add_option("--keys", i->keys, "how many first keys to print")->capture_default_str();
   inspect->callback([=] { *result = Inspect(*i); });

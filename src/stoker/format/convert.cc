@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/synchronization/mutex.h"
@@ -13,6 +14,7 @@
 #include "stoker/core/thread_pool.h"
 #include "stoker/format/sample_stream.h"
 #include "stoker/format/shard_writer.h"
+#include "stoker/format/sniff.h"
 #include "stoker/io/url.h"
 
 namespace stoker::format {
@@ -251,10 +253,6 @@ absl::StatusOr<ConvertSummary> ConvertStreams(SourceKind kind, std::vector<std::
   return summary;
 }
 
-bool IsTfRecordName(std::string_view key) {
-  return key.ends_with(".tfrecord") || key.ends_with(".tfrecords") || key.ends_with(".tfr");
-}
-
 }  // namespace
 
 std::string FolderFieldName(std::string_view extension) {
@@ -309,26 +307,225 @@ const char* SourceKindName(SourceKind kind) {
   return "?";
 }
 
+absl::StatusOr<SourceKind> ParseSourceKind(std::string_view name) {
+  if (name == "tfrecord") return SourceKind::kTfRecord;
+  if (name == "tar" || name == "wds") return SourceKind::kTar;
+  if (name == "tree") return SourceKind::kFolderTree;
+  return absl::InvalidArgumentError(StrCat(
+      "--input-format: expected tfrecord, tar (or its synonym wds) or tree; got '", name, "'"));
+}
+
+namespace {
+
+StreamFormat ToStreamFormat(SourceKind kind) {
+  return kind == SourceKind::kTar ? StreamFormat::kTar : StreamFormat::kTfRecord;
+}
+
+// A file of the source folder and what its first bytes say.
+struct Candidate {
+  FileRef file;
+  std::string rel;  // the path below the source root
+  std::string head;
+  bool head_read = false;
+  StreamFormat format = StreamFormat::kAuto;  // after sniffing: kAuto when not recognised
+  std::string why_not;
+};
+
+// Reads the first bytes of each file that has not been read yet, several at a time.
+absl::Status ReadHeads(io::ObjectStore& store, const std::vector<Candidate*>& files,
+                       int parallelism) {
+  TaskGroup group(std::max(parallelism, 8));
+  for (Candidate* c : files) {
+    if (c->head_read) continue;
+    group.Run([&store, c]() -> absl::Status {
+      ASSIGN_OR_RETURN(c->head, ReadHead(store, c->file.key, c->file.size));
+      c->head_read = true;
+      return absl::OkStatus();
+    });
+  }
+  return group.Wait();
+}
+
+// The path with each run of digits as one '#': the shards of one set ("train-00000-of-01024",
+// "train-00001-of-01024", "shard-000007") give the same.
+std::string DigitBlind(std::string_view path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    bool digit = path[i] >= '0' && path[i] <= '9';
+    if (!digit) {
+      out.push_back(path[i]);
+    } else if (i == 0 || path[i - 1] < '0' || path[i - 1] > '9') {
+      out.push_back('#');
+    }
+  }
+  return out;
+}
+
+// True when the file name (after the last '/') has no '.' but at its start: no extension, so no
+// folder-tree field name.
+bool NoExtension(std::string_view rel) {
+  size_t slash = rel.rfind('/');
+  std::string_view base = slash == std::string_view::npos ? rel : rel.substr(slash + 1);
+  return base.find('.', 1) == std::string_view::npos;
+}
+
+struct StreamPlan {
+  SourceKind kind = SourceKind::kTfRecord;
+  std::vector<std::string> urls;  // in name order
+  uint64_t total_bytes = 0;
+  uint64_t unrecognised = 0;
+  std::vector<std::string> unrecognised_examples;
+};
+
+// A folder whose files `stoker convert` was told are all of `want` (TFRecord or tar): each must
+// be (an empty one holds no samples); the first that is not, in name order, is the error.
+absl::StatusOr<StreamPlan> PlanAsked(io::ObjectStore& store, std::vector<Candidate>& files,
+                                     SourceKind want, int parallelism) {
+  std::vector<Candidate*> all;
+  for (Candidate& c : files) all.push_back(&c);
+  RETURN_IF_ERROR(ReadHeads(store, all, parallelism));
+  StreamPlan plan;
+  plan.kind = want;
+  for (const Candidate& c : files) {
+    std::string url = store.Url(c.file.key);
+    RETURN_IF_ERROR(DecideFormat(c.head, c.file.size, url, ToStreamFormat(want)).status());
+    plan.urls.push_back(std::move(url));
+    plan.total_bytes += c.file.size;
+  }
+  return plan;
+}
+
+// A folder read with no --input-format: nullopt when it is a folder tree, else the TFRecord or
+// tar files to convert (docs/format.md, "Telling the input formats apart").
+absl::StatusOr<std::optional<StreamPlan>> PlanAuto(io::ObjectStore& store, std::string_view src,
+                                                   std::vector<Candidate>& files, int parallelism) {
+  // Files a folder tree cannot hold, or whose name says a stream format: the candidates. Only
+  // they are read first, so a tree of a million images costs no reads here.
+  std::vector<Candidate*> candidates;
+  bool named = false;
+  for (Candidate& c : files) {
+    StreamFormat by_name = FormatFromName(c.rel);
+    bool stream_name = by_name == StreamFormat::kTar || by_name == StreamFormat::kTfRecord;
+    named |= stream_name;
+    if (stream_name || c.rel.find('/') == std::string::npos || NoExtension(c.rel)) {
+      candidates.push_back(&c);
+    }
+  }
+  if (candidates.empty()) return std::nullopt;
+  RETURN_IF_ERROR(ReadHeads(store, candidates, parallelism));
+  auto sniff = [&](Candidate& c) -> absl::Status {
+    StreamFormat by_name = FormatFromName(c.rel);
+    if (by_name == StreamFormat::kTar || by_name == StreamFormat::kTfRecord) {
+      // Named as one: it must be one (or empty).
+      ASSIGN_OR_RETURN(
+          c.format, DecideFormat(c.head, c.file.size, store.Url(c.file.key), StreamFormat::kAuto));
+      return absl::OkStatus();
+    }
+    Sniffed sniffed = SniffFormat(c.head, c.file.size);
+    c.format = sniffed.format == StreamFormat::kShard ? StreamFormat::kAuto : sniffed.format;
+    c.why_not = sniffed.format == StreamFormat::kShard ? "a stoker shard" : sniffed.why_not;
+    return absl::OkStatus();
+  };
+  const Candidate* first_tfrecord = nullptr;
+  const Candidate* first_tar = nullptr;
+  auto note = [&](const Candidate& c) {
+    if (c.format == StreamFormat::kTfRecord && first_tfrecord == nullptr) first_tfrecord = &c;
+    if (c.format == StreamFormat::kTar && first_tar == nullptr) first_tar = &c;
+  };
+  for (Candidate* c : candidates) {
+    RETURN_IF_ERROR(sniff(*c));
+    note(*c);
+  }
+  if (first_tfrecord == nullptr && first_tar == nullptr && !named) return std::nullopt;
+  // A folder of TFRecord or tar files: what else it holds is read too.
+  std::vector<Candidate*> rest;
+  for (Candidate& c : files) {
+    if (!c.head_read) rest.push_back(&c);
+  }
+  RETURN_IF_ERROR(ReadHeads(store, rest, parallelism));
+  for (Candidate* c : rest) {
+    RETURN_IF_ERROR(sniff(*c));
+    note(*c);
+  }
+  if (first_tfrecord != nullptr && first_tar != nullptr) {
+    return absl::InvalidArgumentError(StrCat(src, " holds TFRecord files (", first_tfrecord->rel,
+                                             ") and WebDataset tars (", first_tar->rel,
+                                             "); convert them separately"));
+  }
+  StreamPlan plan;
+  plan.kind = first_tar != nullptr ? SourceKind::kTar : SourceKind::kTfRecord;
+  std::set<std::string> shapes;  // the digit-blind names of the recognised files
+  for (const Candidate& c : files) {
+    if (c.format != StreamFormat::kAuto) shapes.insert(DigitBlind(c.rel));
+  }
+  for (const Candidate& c : files) {
+    if (c.format == StreamFormat::kAuto) {
+      bool sibling = shapes.contains(DigitBlind(c.rel));
+      if (sibling && c.file.size > 0) {
+        // One of the set by its name, but not readable: a damaged shard, not a stray file.
+        return absl::DataLossError(
+            StrCat(store.Url(c.file.key), ": named like the other ", SourceKindName(plan.kind),
+                   " files of ", src, " but it is not one: ", c.why_not,
+                   ". Replace the damaged file, or move it away to convert the others"));
+      }
+      if (!sibling) {
+        ++plan.unrecognised;
+        if (plan.unrecognised_examples.size() < 5) plan.unrecognised_examples.push_back(c.rel);
+        continue;
+      }
+      // An empty sibling holds no samples in either format: read as an empty input.
+    }
+    plan.urls.push_back(store.Url(c.file.key));
+    plan.total_bytes += c.file.size;
+  }
+  return std::optional<StreamPlan>(std::move(plan));
+}
+
+}  // namespace
+
 absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view dst,
                                        const ConvertOptions& options) {
   if (options.shard_bytes == 0) return absl::InvalidArgumentError("--shard-size must be positive");
   ASSIGN_OR_RETURN(io::StoreAndKey source, io::OpenUrl(src));
   ASSIGN_OR_RETURN(io::StoreAndKey destination, OpenDatasetPrefix(dst));
   Output out{destination.store, destination.key, ShardWriterOptions{options.zstd_level}};
+  const std::optional<SourceKind> want = options.input_format;
+
+  // One file, or a folder (prefix)? A local folder and an S3 prefix are not objects.
+  std::optional<io::ObjectInfo> file;
+  if (!source.key.empty() && !source.key.ends_with("/")) {
+    absl::StatusOr<io::ObjectInfo> info = source.store->Stat(source.key);
+    if (info.ok()) {
+      file = std::move(*info);
+    } else if (!absl::IsNotFound(info.status())) {
+      return info.status();
+    }
+  }
 
   absl::StatusOr<ConvertSummary> summary;
-  // One file?
-  if (source.key.ends_with(".tar") || IsTfRecordName(source.key)) {
-    ASSIGN_OR_RETURN(io::ObjectInfo info, source.store->Stat(source.key));
-    SourceKind kind = source.key.ends_with(".tar") ? SourceKind::kTar : SourceKind::kTfRecord;
-    summary = ConvertStreams(kind, {std::string(src)}, info.size, out, options);
+  if (file.has_value()) {
+    if (want == SourceKind::kFolderTree) {
+      return absl::InvalidArgumentError(
+          StrCat(src, " is a file; --input-format tree reads a folder (root/<class>/<file>)"));
+    }
+    ASSIGN_OR_RETURN(std::string head, ReadHead(*source.store, source.key, file->size));
+    ASSIGN_OR_RETURN(StreamFormat format,
+                     DecideFormat(head, file->size, source.store->Url(source.key),
+                                  want.has_value() ? ToStreamFormat(*want) : StreamFormat::kAuto));
+    if (format == StreamFormat::kShard) {
+      return absl::InvalidArgumentError(
+          StrCat(src,
+                 " is a stoker shard already: nothing to convert (read it as a dataset, "
+                 "{\"dataset\": \"",
+                 src, "\"})"));
+    }
+    SourceKind kind = format == StreamFormat::kTar ? SourceKind::kTar : SourceKind::kTfRecord;
+    summary = ConvertStreams(kind, {std::string(src)}, file->size, out, options);
   } else {
     std::string root = source.key;
     if (!root.empty() && !root.ends_with("/")) root += "/";
     ASSIGN_OR_RETURN(io::ListResult listing, source.store->List({root, "", 0}));
-    std::vector<FileRef> files;
-    size_t tars = 0, tfrecords = 0;
-    uint64_t total = 0;
+    std::vector<Candidate> files;
     uint64_t hidden = 0;
     std::vector<std::string> hidden_examples;
     for (const io::ObjectInfo& info : listing.objects) {
@@ -339,25 +536,30 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
         if (hidden_examples.size() < 5) hidden_examples.emplace_back(rel);
         continue;
       }
-      files.push_back({info.key, info.size});
-      tars += info.key.ends_with(".tar");
-      tfrecords += IsTfRecordName(info.key);
-      total += info.size;
+      Candidate c;
+      c.file = {info.key, info.size};
+      c.rel = std::string(rel);
+      files.push_back(std::move(c));
     }
     if (files.empty()) {
       return absl::NotFoundError(StrCat("no input files under ", src));
     }
-    if (tars == files.size() || tfrecords == files.size()) {
-      std::vector<std::string> urls;
-      urls.reserve(files.size());
-      for (const FileRef& f : files) urls.push_back(source.store->Url(f.key));
-      summary = ConvertStreams(tars == files.size() ? SourceKind::kTar : SourceKind::kTfRecord,
-                               std::move(urls), total, out, options);
-    } else {
-      if (tars + tfrecords > 0) {
-        return absl::InvalidArgumentError(
-            StrCat(src, " mixes .tar/.tfrecord files with other files; convert them separately"));
+    std::optional<StreamPlan> plan;
+    if (want == SourceKind::kTar || want == SourceKind::kTfRecord) {
+      ASSIGN_OR_RETURN(plan, PlanAsked(*source.store, files, *want, options.parallelism));
+    } else if (!want.has_value()) {
+      ASSIGN_OR_RETURN(plan, PlanAuto(*source.store, src, files, options.parallelism));
+    }
+    if (plan.has_value()) {
+      summary = ConvertStreams(plan->kind, std::move(plan->urls), plan->total_bytes, out, options);
+      if (summary.ok()) {
+        summary->unrecognised_files = plan->unrecognised;
+        summary->unrecognised_examples = std::move(plan->unrecognised_examples);
       }
+    } else {
+      std::vector<FileRef> refs;
+      refs.reserve(files.size());
+      for (const Candidate& c : files) refs.push_back(c.file);
       // The class folders: the first level below the root (an empty folder is a class too).
       ASSIGN_OR_RETURN(io::ListResult top, source.store->List({root, "/", 0}));
       std::vector<std::string> class_folders;
@@ -365,7 +567,7 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
         std::string name = folder.substr(root.size(), folder.size() - root.size() - 1);
         if (!name.empty() && !name.starts_with(".")) class_folders.push_back(std::move(name));
       }
-      summary = ConvertFolderTree(*source.store, files, root, class_folders, out, options);
+      summary = ConvertFolderTree(*source.store, refs, root, class_folders, out, options);
     }
     if (summary.ok()) {
       summary->hidden_files = hidden;

@@ -168,5 +168,143 @@ TEST(ConvertTest, TfRecordFiles) {
   ExpectDataset("mem://convert-tfr/out", expected);
 }
 
+// TFRecord files of Examples keyed by __key__, written under any name.
+Expected WriteTfRecord(const std::string& path, int first, int n) {
+  Expected expected;
+  auto writer = tfrecord::TfRecordWriter::Open(path);
+  EXPECT_TRUE(writer.ok());
+  for (int i = first; i < first + n; ++i) {
+    Sample s;
+    s.key = StrCat("k", i);
+    std::string bytes = Bytes(i, 300 + i);
+    s.fields.push_back({"jpg", Buffer::Copy(bytes)});
+    EXPECT_TRUE((*writer)->WriteSample(s).ok());
+    expected[s.key] = {{"jpg", bytes}};
+  }
+  EXPECT_TRUE((*writer)->Close().ok());
+  return expected;
+}
+
+TEST(ConvertTest, TfRecordFilesAreRecognisedByContentWhateverTheirNames) {
+  testing::ScopedTempDir dir("stoker-convert");
+  Expected expected = WriteTfRecord(dir.path() + "/in/train-00000-of-00002", 0, 5);
+  expected.merge(WriteTfRecord(dir.path() + "/in/train-00001-of-00002", 5, 5));
+  expected.merge(WriteTfRecord(dir.path() + "/in/mnist-train.tfrecord-00000-of-00001", 10, 3));
+  expected.merge(WriteTfRecord(dir.path() + "/in/kaggle.tfrec", 13, 2));
+  // What TensorFlow Datasets keeps beside its shards: neither format, left out and counted.
+  WriteFile(dir.path() + "/in/dataset_info.json", "{\"name\": \"mnist\"}");
+  WriteFile(dir.path() + "/in/features.json", "{}");
+  auto summary = Convert(dir.path() + "/in", dir.path() + "/out");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kTfRecord);
+  EXPECT_EQ(summary->inputs, 4u);
+  EXPECT_EQ(summary->unrecognised_files, 2u);
+  EXPECT_EQ(summary->unrecognised_examples,
+            (std::vector<std::string>{"dataset_info.json", "features.json"}));
+  ExpectDataset(dir.path() + "/out", expected);
+
+  // One file with no extension on its own.
+  summary = Convert(dir.path() + "/in/train-00001-of-00002", dir.path() + "/one");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kTfRecord);
+  EXPECT_EQ(summary->manifest.total_samples, 5u);
+
+  // An empty shard of the set holds no samples; a damaged one is an error naming it.
+  WriteFile(dir.path() + "/in/train-00002-of-00004", "");
+  summary = Convert(dir.path() + "/in", dir.path() + "/out2");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->inputs, 5u);
+  WriteFile(dir.path() + "/in/train-00003-of-00004", Bytes(1, 700));
+  summary = Convert(dir.path() + "/in", dir.path() + "/out3");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(summary.status().message(),
+              HasSubstr(dir.path() + "/in/train-00003-of-00004: named like the other TFRecord"));
+  EXPECT_THAT(summary.status().message(), HasSubstr("offset 8"));
+}
+
+TEST(ConvertTest, TarsAreRecognisedByContentWhateverTheirNames) {
+  testing::ScopedTempDir dir("stoker-convert");
+  Expected expected;
+  for (int part = 0; part < 2; ++part) {
+    std::string folder = StrCat(dir.path(), "/wds", part);
+    for (int i = 0; i < 4; ++i) {
+      std::string key = StrCat("p", part, "/s", i);
+      std::string jpg = Bytes(part * 100 + i, 700);
+      WriteFile(StrCat(folder, "/", key, ".jpg"), jpg);
+      expected[key] = {{"jpg", jpg}};
+    }
+    ASSERT_EQ(std::system(StrCat("mkdir -p ", dir.path(), "/tars && cd ", folder,
+                                 " && tar --sort=name -cf ", dir.path(), "/tars/shard-00000", part,
+                                 " p", part)
+                              .c_str()),
+              0);
+  }
+  auto summary = Convert(dir.path() + "/tars", dir.path() + "/out");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->kind, SourceKind::kTar);
+  EXPECT_EQ(summary->inputs, 2u);
+  ExpectDataset(dir.path() + "/out", expected);
+
+  // Tars and TFRecord files together: convert them separately.
+  WriteTfRecord(dir.path() + "/tars/extra", 0, 1);
+  summary = Convert(dir.path() + "/tars", dir.path() + "/out2");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(), HasSubstr("holds TFRecord files (extra) and WebDataset "
+                                                    "tars (shard-000000)"));
+}
+
+TEST(ConvertTest, InputFormatSaysWhatEveryFileIs) {
+  testing::ScopedTempDir dir("stoker-convert");
+  WriteTfRecord(dir.path() + "/in/a", 0, 3);
+  WriteTfRecord(dir.path() + "/in/b", 3, 3);
+  ConvertOptions options;
+  options.input_format = SourceKind::kTfRecord;
+  auto summary = Convert(dir.path() + "/in", dir.path() + "/out", options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->manifest.total_samples, 6u);
+  // Asked for tars: the first file is the error, and the message says what it is.
+  options.input_format = SourceKind::kTar;
+  summary = Convert(dir.path() + "/in", dir.path() + "/out2", options);
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(),
+              HasSubstr(dir.path() + "/in/a: asked for as a WebDataset tar file"));
+  EXPECT_THAT(summary.status().message(), HasSubstr("it is a TFRecord"));
+  // Asked for TFRecord, a stray file is an error too (nothing is left out when told).
+  WriteFile(dir.path() + "/in/notes.txt", "hello");
+  options.input_format = SourceKind::kTfRecord;
+  summary = Convert(dir.path() + "/in", dir.path() + "/out3", options);
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(), HasSubstr(dir.path() + "/in/notes.txt: asked for as a "
+                                                                 "TFRecord file"));
+  EXPECT_THAT(summary.status().message(), HasSubstr("only 5 bytes"));
+  // A file given to --input-format tree.
+  options.input_format = SourceKind::kFolderTree;
+  summary = Convert(dir.path() + "/in/a", dir.path() + "/out4", options);
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseSourceKind("wds"), SourceKind::kTar);
+  EXPECT_EQ(*ParseSourceKind("tree"), SourceKind::kFolderTree);
+  EXPECT_FALSE(ParseSourceKind("zip").ok());
+}
+
+TEST(ConvertTest, FilesOfNeitherFormatAreErrorsWhenAlone) {
+  testing::ScopedTempDir dir("stoker-convert");
+  WriteFile(dir.path() + "/blob", Bytes(4, 2000));
+  auto summary = Convert(dir.path() + "/blob", dir.path() + "/out");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(), HasSubstr(dir.path() + "/blob: cannot tell its format"));
+  WriteFile(dir.path() + "/random.tfrecord", Bytes(5, 2000));
+  summary = Convert(dir.path() + "/random.tfrecord", dir.path() + "/out");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(),
+              HasSubstr(dir.path() + "/random.tfrecord: named like a TFRecord file"));
+  EXPECT_THAT(summary.status().message(), HasSubstr("offset 8"));
+  // A folder tree with a file at its root is still refused as before (not sniffed away).
+  WriteFile(dir.path() + "/tree/cats/a.jpg", Bytes(6, 100));
+  WriteFile(dir.path() + "/tree/README", "about");
+  summary = Convert(dir.path() + "/tree", dir.path() + "/out");
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(summary.status().message(), HasSubstr("README is not of the form"));
+}
+
 }  // namespace
 }  // namespace stoker::format

@@ -1,5 +1,6 @@
 #include "stoker/format/sample_stream.h"
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 #include "stoker/format/byte_source.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/shard_index.h"
+#include "stoker/format/sniff.h"
 #include "stoker/format/tar.h"
 #include "stoker/format/tfrecord.h"
 #include "stoker/io/url.h"
@@ -17,11 +19,35 @@
 namespace stoker::format {
 namespace {
 
+// The file name up to its first '.'; TensorFlow Datasets' shard suffix after a TFRecord extension
+// is kept ("mnist-train.tfrecord-00000-of-00004" -> "mnist-train-00000-of-00004"), so that the
+// shards of one split give different keys.
 std::string FileStem(std::string_view key) {
   size_t slash = key.rfind('/');
   std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
   size_t dot = base.find('.');
-  return std::string(dot == std::string_view::npos ? base : base.substr(0, dot));
+  if (dot == std::string_view::npos) return std::string(base);
+  std::string_view rest = base.substr(dot);
+  for (std::string_view ext : {".tfrecords-", ".tfrecord-", ".tfrec-", ".tfr-"}) {
+    if (rest.starts_with(ext) && rest.find('.', 1) == std::string_view::npos) {
+      return StrCat(base.substr(0, dot), rest.substr(ext.size() - 1));
+    }
+  }
+  return std::string(base.substr(0, dot));
+}
+
+// `error` from the header at `offset` of a stream read as `expected`: at offset 0, when the file
+// holds another format stoker reads, the message says so (a tar given as a TFRecord file, ...).
+absl::Status ExplainStart(absl::Status error, ByteSource& source, uint64_t offset,
+                          StreamFormat expected) {
+  if (offset != 0 || error.ok()) return error;
+  auto head = source.ReadAt(0, std::min<uint64_t>(source.size(), kSniffBytes));
+  if (!head.ok()) return error;
+  Sniffed sniffed = SniffFormat(head->view(), source.size());
+  if (sniffed.format == StreamFormat::kAuto || sniffed.format == expected) return error;
+  return absl::Status(error.code(),
+                      StrCat(error.message(), ": the file is a ", StreamFormatName(sniffed.format),
+                             ", not a ", StreamFormatName(expected), "; read it as one"));
 }
 
 // Shared by the stream classes: on_corrupt handling of a DataLoss error for one sample.
@@ -92,8 +118,12 @@ class TfRecordStream : public SampleStream {
       }
       ASSIGN_OR_RETURN(Buffer header, source_->Read(tfrecord::kHeaderSize));
       // A bad length cannot be skipped over (the next record's position is unknown): fail.
-      ASSIGN_OR_RETURN(uint64_t length,
-                       tfrecord::ParseHeader(header.view(), source_->url(), offset));
+      absl::StatusOr<uint64_t> parsed =
+          tfrecord::ParseHeader(header.view(), source_->url(), offset);
+      if (!parsed.ok()) {
+        return ExplainStart(parsed.status(), *source_, offset, StreamFormat::kTfRecord);
+      }
+      uint64_t length = *parsed;
       if (length + 4 > source_->remaining()) {
         return absl::DataLossError(StrCat(source_->url(), ": truncated TFRecord at offset ", offset,
                                           " (needs ", length + 4, " more bytes, ",
@@ -202,13 +232,16 @@ class TarStream : public SampleStream {
       uint64_t offset = source_->position();
       if (source_->remaining() == 0) return std::optional<Member>();  // no end marker: accept
       if (source_->remaining() < tar::kBlockSize) {
-        return absl::DataLossError(
-            StrCat(source_->url(), ": truncated tar header at offset ", offset));
+        return ExplainStart(absl::DataLossError(StrCat(
+                                source_->url(), ": truncated tar header at offset ", offset)),
+                            *source_, offset, StreamFormat::kTar);
       }
       ASSIGN_OR_RETURN(Buffer block, source_->Read(tar::kBlockSize));
       if (tar::IsZeroBlock(block.view())) return std::optional<Member>();
-      ASSIGN_OR_RETURN(tar::MemberHeader header,
-                       tar::ParseHeader(block.view(), source_->url(), offset));
+      absl::StatusOr<tar::MemberHeader> parsed =
+          tar::ParseHeader(block.view(), source_->url(), offset);
+      if (!parsed.ok()) return ExplainStart(parsed.status(), *source_, offset, StreamFormat::kTar);
+      tar::MemberHeader header = std::move(*parsed);
       // Links carry no data of their own, whatever their size field says.
       if (header.type == '1' || header.type == '2') header.size = 0;
       uint64_t padded = header.size + tar::Padding(header.size);
@@ -329,28 +362,30 @@ class ConcatStream : public SampleStream {
 }  // namespace
 
 absl::StatusOr<StreamFormat> DetectStreamFormat(std::string_view url) {
-  if (url.ends_with(".tar")) return StreamFormat::kTar;
-  if (url.ends_with(".tfrecord") || url.ends_with(".tfrecords") || url.ends_with(".tfr")) {
-    return StreamFormat::kTfRecord;
-  }
-  if (url.ends_with(".stk")) return StreamFormat::kShard;
+  StreamFormat format = FormatFromName(url);
+  if (format != StreamFormat::kAuto) return format;
   return absl::InvalidArgumentError(
       StrCat("cannot tell the format of ", url,
-             " from its name (expected .tar, .tfrecord, .tfrecords, .tfr or .stk)"));
+             " from its name (expected .tar, .tfrecord, .tfrecords, .tfr, .tfrec or .stk)"));
 }
 
 absl::StatusOr<std::unique_ptr<SampleStream>> OpenSampleStream(std::string_view url,
                                                                StreamOptions options) {
   StreamFormat format = options.format;
-  if (format == StreamFormat::kAuto) {
-    ASSIGN_OR_RETURN(format, DetectStreamFormat(url));
-  }
+  if (format == StreamFormat::kAuto) format = FormatFromName(url);
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(url));
   auto reader = std::make_shared<io::RangedReader>(target.store);
   std::string object_url = target.store->Url(target.key);
   ASSIGN_OR_RETURN(
       std::unique_ptr<ByteSource> source,
       ByteSource::Open(reader, target.key, object_url, options.chunk_bytes, options.read_ahead));
+  if (format == StreamFormat::kAuto) {
+    // Not from the name: from the content (sniff.h).
+    ASSIGN_OR_RETURN(Buffer head,
+                     source->ReadAt(0, std::min<uint64_t>(source->size(), kSniffBytes)));
+    ASSIGN_OR_RETURN(format,
+                     DecideFormat(head.view(), source->size(), object_url, StreamFormat::kAuto));
+  }
   switch (format) {
     case StreamFormat::kShard: {
       absl::Notification loaded;

@@ -13,6 +13,7 @@
 #include "stoker/format/manifest.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/tar.h"
+#include "stoker/format/tar_test_util.h"
 #include "stoker/format/tfrecord.h"
 #include "stoker/io/url.h"
 #include "stoker/testing/subprocess.h"
@@ -192,24 +193,6 @@ TEST(TarTest, RejectsAbsoluteAndParentPaths) {
   status = Drain(dotdot_tar);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'..'"));
-}
-
-// A ustar header for `name` claiming `size_octal` bytes, with a right checksum.
-std::string TarHeader(std::string_view name, std::string_view size_octal) {
-  std::string h(512, '\0');
-  h.replace(0, name.size(), name);
-  h.replace(100, 7, "0000644");
-  h.replace(124, size_octal.size(), size_octal);
-  h[156] = '0';
-  h.replace(257, 6, std::string("ustar\0", 6));
-  h.replace(263, 2, "00");
-  h.replace(148, 8, "        ");
-  unsigned sum = 0;
-  for (char c : h) sum += static_cast<uint8_t>(c);
-  char checksum[8];
-  std::snprintf(checksum, sizeof(checksum), "%06o", sum);
-  h.replace(148, 7, std::string(checksum, 7));
-  return h;
 }
 
 TEST(TarTest, AbsurdSizesAndBadChecksumsAreDataLoss) {

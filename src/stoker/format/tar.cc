@@ -1,5 +1,7 @@
 #include "stoker/format/tar.h"
 
+#include <cstdio>
+
 #include "stoker/core/strings.h"
 
 namespace stoker::format::tar {
@@ -47,6 +49,44 @@ bool IsZeroBlock(std::string_view block) {
   return true;
 }
 
+namespace {
+
+// The sum ustar's checksum field holds: every byte of the header, the field itself as spaces.
+uint64_t HeaderSum(std::string_view block) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kBlockSize; ++i) {
+    sum += (i >= 148 && i < 156) ? ' ' : static_cast<uint8_t>(block[i]);
+  }
+  return sum;
+}
+
+}  // namespace
+
+std::string NotATar(std::string_view head, uint64_t size) {
+  if (size == 0) return "empty file";
+  if (head.size() < kBlockSize) {
+    return StrCat("only ", size, " bytes; a tar header takes ", kBlockSize);
+  }
+  std::string_view block = head.substr(0, kBlockSize);
+  if (IsZeroBlock(block)) {
+    return "the first 512 bytes are zeros (an empty archive, which holds no samples, or not a tar)";
+  }
+  uint64_t stored;
+  if (!ParseNumber(block.substr(148, 8), &stored)) {
+    return "the header checksum field at offset 148 is not an octal number";
+  }
+  uint64_t sum = HeaderSum(block);
+  if (sum != stored) {
+    char text[128];
+    std::snprintf(text, sizeof(text),
+                  "the header checksum at offset 148 is 0%llo (octal); the header at offset 0 sums "
+                  "to 0%llo",
+                  static_cast<unsigned long long>(stored), static_cast<unsigned long long>(sum));
+    return text;
+  }
+  return "";
+}
+
 absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_view url,
                                          uint64_t offset) {
   auto error = [&](std::string_view what) {
@@ -56,10 +96,7 @@ absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_vie
   uint64_t stored;
   if (!ParseNumber(block.substr(148, 8), &stored))
     return error("bad checksum field (not a tar file?)");
-  uint64_t sum = 0;
-  for (size_t i = 0; i < kBlockSize; ++i) {
-    sum += (i >= 148 && i < 156) ? ' ' : static_cast<uint8_t>(block[i]);
-  }
+  uint64_t sum = HeaderSum(block);
   if (sum != stored) return error("checksum mismatch (corrupt, or not a tar file)");
   MemberHeader header;
   if (!ParseNumber(block.substr(124, 12), &header.size)) return error("bad size field");

@@ -34,6 +34,10 @@ bool IsZeroBlock(std::string_view block);
 // Parses one 512-byte header found at `offset` of `url`; DataLoss on a bad checksum or size field.
 absl::StatusOr<MemberHeader> ParseHeader(std::string_view block, std::string_view url,
                                          uint64_t offset);
+// Why `head`, the first bytes of an object of `size` bytes, does not start with a tar header, or ""
+// when it does: a 512-byte block that is not all zeros and whose checksum field (octal) matches
+// (content sniffing, sniff.h). An archive that starts with a zero block (an empty one) does not.
+std::string NotATar(std::string_view head, uint64_t size);
 // The value of `name` (e.g. "path", "linkpath") in a pax extended header's records
 // ("<len> path=<value>\n" ...), or "" when there is none; DataLoss when the records are malformed.
 absl::StatusOr<std::string> PaxValue(std::string_view records, std::string_view name);

@@ -44,6 +44,27 @@ absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view u
   return length;
 }
 
+std::string NotATfRecord(std::string_view head, uint64_t size) {
+  if (size == 0) return "empty file";
+  if (head.size() < kHeaderSize) {
+    return StrCat("only ", size, " bytes; a TFRecord record header takes ", kHeaderSize);
+  }
+  uint32_t stored = static_cast<uint32_t>(LoadLittleEndian(head.data() + 8, 4));
+  uint32_t computed = crc32c::Mask(crc32c::Value(head.substr(0, 8)));
+  if (computed != stored) {
+    char text[96];
+    std::snprintf(text, sizeof(text),
+                  "the length CRC32C at offset 8 is 0x%08x; the length at offset 0 gives 0x%08x",
+                  stored, computed);
+    return text;
+  }
+  uint64_t length = LoadLittleEndian(head.data(), 8);
+  if (length > kMaxRecordLength) {
+    return StrCat("the record at offset 0 claims ", length, " bytes (more than 1 GiB)");
+  }
+  return "";
+}
+
 absl::Status CheckData(std::string_view data, std::string_view crc, std::string_view url,
                        uint64_t offset) {
   if (crc.size() != 4 ||

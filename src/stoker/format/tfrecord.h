@@ -28,6 +28,10 @@ void AppendRecord(std::string_view data, std::string* out);
 // CRC does not match or it exceeds kMaxRecordLength.
 absl::StatusOr<uint64_t> ParseHeader(std::string_view header, std::string_view url,
                                      uint64_t offset);
+// Why `head`, the first bytes of an object of `size` bytes, does not start with a TFRecord record
+// header, or "" when it does: its length CRC32C matches and the length is at most 1 GiB (content
+// sniffing, sniff.h; the record itself is checked by the reader).
+std::string NotATfRecord(std::string_view head, uint64_t size);
 // Checks the data CRC (the 4 bytes after the data).
 absl::Status CheckData(std::string_view data, std::string_view crc, std::string_view url,
                        uint64_t offset);
