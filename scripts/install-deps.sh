@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that stoker's build, tests, benchmarks and demo need, and the
-# pinned npm packages of the Kubernetes manifest check (deploy/validate).
+# pinned npm packages of the Kubernetes manifest check (deploy/validate) and of the TFRecord
+# interop test (tests/tools/tfrecord-writer).
 # Idempotent: packages already present are skipped; `apt-get update` runs at most once per call,
 # and only when something is missing. Uses sudo when not root.
 #   --build-only   only what building the `stoker` binary needs (deploy/Containerfile uses it)
@@ -44,26 +45,29 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
-# Node.js and npm for the Kubernetes manifests' offline check (deploy/validate), from Debian unless
-# a node with its npm is already installed (another distribution's nodejs package includes npm and
-# conflicts with Debian's).
+# Node.js and npm for the Kubernetes manifests' offline check (deploy/validate) and the TFRecord
+# interop test (tests/tools/tfrecord-writer), from Debian unless a node with its npm is already
+# installed (another distribution's nodejs package includes npm and conflicts with Debian's).
 if ((!build_only)); then
   command -v node >/dev/null || missing+=(nodejs)
   command -v npm >/dev/null || missing+=(npm)
 fi
 
-# The npm packages of deploy/validate, exactly as its package-lock.json pins them (into
-# deploy/validate/node_modules; nothing global).
+# The npm packages of deploy/validate and tests/tools/tfrecord-writer (the TFRecord writer of
+# tests/cli/tfrecord_interop_test.py), exactly as each package-lock.json pins them (into that
+# folder's node_modules; nothing global).
 install_npm() {
   ((build_only)) && return 0
-  local dir
-  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/deploy/validate"
-  if [[ -f $dir/package-lock.json ]] && ! cmp -s "$dir/package-lock.json" \
-      "$dir/node_modules/.stoker-installed-lock" 2>/dev/null; then
-    echo "install-deps: npm ci in $dir"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error &&
-      cp package-lock.json node_modules/.stoker-installed-lock)
-  fi
+  local root dir
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  for dir in "$root/deploy/validate" "$root/tests/tools/tfrecord-writer"; do
+    if [[ -f $dir/package-lock.json ]] && ! cmp -s "$dir/package-lock.json" \
+        "$dir/node_modules/.stoker-installed-lock" 2>/dev/null; then
+      echo "install-deps: npm ci in $dir"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error &&
+        cp package-lock.json node_modules/.stoker-installed-lock)
+    fi
+  done
 }
 
 if ((${#missing[@]} == 0)); then

@@ -21,6 +21,27 @@ grep -q "cats/img1" <("$stoker" inspect "$work/ds" --keys 10)
 "$stoker" convert "$work/wds.tar" "$work/ds2" > /dev/null
 "$stoker" inspect "$work/ds2" --verify | grep "verify: OK, 10 records" > /dev/null
 "$stoker" inspect "$work/wds.tar" | grep "samples: 10" > /dev/null
+# The same tar named as webdataset's ShardWriter names shards with a custom pattern, no extension:
+# told by its content, in a folder and alone (docs/format.md, "Telling the input formats apart").
+mkdir -p "$work/noext"
+cp "$work/wds.tar" "$work/noext/shard-000000"
+"$stoker" convert "$work/noext" "$work/ds3" > "$work/convert.out"
+grep -q "converted 10 samples .* from 1 WebDataset tar file(s)" "$work/convert.out" ||
+  { cat "$work/convert.out" >&2; exit 1; }
+"$stoker" inspect "$work/noext/shard-000000" | grep -q "format: WebDataset tar"
+# A tar with a damaged header checksum: an error naming the file and the offset.
+cp "$work/wds.tar" "$work/noext/shard-000001"
+printf 'X' | dd of="$work/noext/shard-000001" bs=1 seek=0 conv=notrunc status=none
+if "$stoker" convert "$work/noext" "$work/ds4" > /dev/null 2> "$work/err"; then
+  echo "convert said OK on a folder holding a tar with a bad header checksum" >&2; exit 1
+fi
+grep -q "noext/shard-000001: named like the other WebDataset tar files .*checksum at offset 148" \
+  "$work/err" || { cat "$work/err" >&2; exit 1; }
+if "$stoker" convert --input-format tar "$work/noext/shard-000001" "$work/ds4" > /dev/null 2> "$work/err"; then
+  echo "convert said OK on a tar with a bad header checksum" >&2; exit 1
+fi
+grep -q "shard-000001: asked for as a WebDataset tar file, but its content is not one" "$work/err" ||
+  { cat "$work/err" >&2; exit 1; }
 
 # A folder tree as cameras and file managers leave it: extensions in any case (photo.JPEG,
 # x.Jpeg, y.JPG all become field jpg, as ImageFolder accepts them), hidden files, a broken link.
