@@ -264,6 +264,21 @@ TEST(StreamTest, FuzzSeedsAreValid) {
   target = io::OpenUrl("mem://seeds/gnu.tar");
   ASSERT_TRUE(target->store->Put(target->key, Buffer::FromString(read("tar_fuzzer/gnu.tar"))).ok());
   EXPECT_EQ(ReadAll("mem://seeds/gnu.tar").size(), 2u);
+  // Written by other tools: npm's tfrecord (an Example with empty lists), Python's tarfile.
+  target = io::OpenUrl("mem://seeds/npm.tfrec");
+  ASSERT_TRUE(
+      target->store
+          ->Put(target->key, Buffer::FromString(read("tfrecord_fuzzer/npm_tfrecord_empty_lists")))
+          .ok());
+  std::vector<Sample> npm = ReadAll("mem://seeds/npm.tfrec");
+  ASSERT_EQ(npm.size(), 3u);
+  ASSERT_NE(npm[1].Find("empty_bytes"), nullptr);
+  EXPECT_EQ(npm[1].Find("empty_bytes")->size(), 0u);
+  target = io::OpenUrl("mem://seeds/shard-000000");
+  ASSERT_TRUE(
+      target->store->Put(target->key, Buffer::FromString(read("tar_fuzzer/python_tarfile_shard")))
+          .ok());
+  EXPECT_EQ(ReadAll("mem://seeds/shard-000000").size(), 2u);
   auto manifest = ParseManifest(read("manifest_fuzzer/valid.json"), "u");
   EXPECT_TRUE(manifest.ok()) << manifest.status();
 }
