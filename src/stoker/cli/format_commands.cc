@@ -200,7 +200,8 @@ absl::StatusOr<std::optional<format::StreamFormat>> InspectedFileFormat(const In
   ASSIGN_OR_RETURN(io::StoreAndKey target, io::OpenUrl(args.url));
   if (target.key.empty() || target.key.ends_with("/")) return std::nullopt;
   absl::StatusOr<io::ObjectInfo> info = target.store->Stat(target.key);
-  if (absl::IsNotFound(info.status()) && !want.has_value()) return std::nullopt;  // a folder
+  // Not an object: a folder or prefix (opening it as a dataset says what is wrong, if anything).
+  if (!info.ok() && !want.has_value()) return std::nullopt;
   RETURN_IF_ERROR(info.status());
   ASSIGN_OR_RETURN(format::StreamFormat format,
                    format::DetectObjectFormat(

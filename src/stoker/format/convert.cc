@@ -491,15 +491,12 @@ absl::StatusOr<ConvertSummary> Convert(std::string_view src, std::string_view ds
   Output out{destination.store, destination.key, ShardWriterOptions{options.zstd_level}};
   const std::optional<SourceKind> want = options.input_format;
 
-  // One file, or a folder (prefix)? A local folder and an S3 prefix are not objects.
+  // One file, or a folder (prefix)? A local folder and an S3 prefix are not objects; what else
+  // keeps the Stat from answering, the listing reports too.
   std::optional<io::ObjectInfo> file;
   if (!source.key.empty() && !source.key.ends_with("/")) {
     absl::StatusOr<io::ObjectInfo> info = source.store->Stat(source.key);
-    if (info.ok()) {
-      file = std::move(*info);
-    } else if (!absl::IsNotFound(info.status())) {
-      return info.status();
-    }
+    if (info.ok()) file = std::move(*info);
   }
 
   absl::StatusOr<ConvertSummary> summary;
