@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -185,7 +186,13 @@ HttpTransportStats HttpTransport::stats() {
 void HttpTransport::Start(std::unique_ptr<Transfer> transfer) {
   Transfer* t = transfer.get();
   const HttpRequest& r = t->request;
-  t->easy = curl_easy_init();
+  if (idle_easy_.empty()) {
+    t->easy = curl_easy_init();
+  } else {
+    t->easy = idle_easy_.back();
+    idle_easy_.pop_back();
+    curl_easy_reset(t->easy);
+  }
   CURL* e = t->easy;
   curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t);
@@ -254,6 +261,9 @@ void HttpTransport::Finish(void* easy, int curl_code) {
     if (!result.ok()) ++stats_.transport_errors;
   }
   RecordMetrics(t->easy, t->request.method, result);
+  if (idle_easy_.size() < static_cast<size_t>(max_in_flight_)) {
+    idle_easy_.push_back(std::exchange(t->easy, nullptr));
+  }
   std::move(t->done)(std::move(result));
 }
 
@@ -305,6 +315,8 @@ void HttpTransport::Loop() {
     std::move(t->done)(absl::CancelledError(StrCat(t->request.url, ": transport shut down")));
   }
   running_.clear();
+  for (void* easy : idle_easy_) curl_easy_cleanup(easy);
+  idle_easy_.clear();
   std::deque<std::unique_ptr<Transfer>> left;
   {
     absl::MutexLock lock(&mu_);

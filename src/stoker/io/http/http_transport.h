@@ -93,6 +93,10 @@ class HttpTransport {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   HttpTransportStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Transfer>> running_;  // loop thread only
+  // Finished easy handles (CURL*), reset and reused by the next transfers: each keeps its receive
+  // buffer (CURLOPT_BUFFERSIZE), which would otherwise be allocated, and its pages faulted in,
+  // once per request. Loop thread only.
+  std::vector<void*> idle_easy_;
   std::thread loop_;
 };
 
