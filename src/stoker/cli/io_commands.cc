@@ -1,9 +1,11 @@
 // stoker ls / cat / cp: the object-store layer from the shell.
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,6 +34,19 @@ absl::Status WriteAll(int fd, const Buffer& data) {
     return absl::UnavailableError(StrCat("cannot write to standard output: ", strerror(error)));
   }
   return absl::OkStatus();
+}
+
+// Standard output as `stoker cat` writes it: a pipe is enlarged to 1 MiB (when the system allows),
+// so writer and reader wake each other 16 times less often than with the default 64 KiB. The parts
+// are written with write(), not handed to the pipe with vmsplice: the pipe would then refer to
+// pages that go back to the buffer pool and are overwritten by later parts, and a reader that
+// splices onward (pv into another pipe, a proxy into a socket) keeps referring to them after it
+// has "read" them, so it could pass on bytes of a later part (docs/io.md).
+void PrepareStandardOutput() {
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    fcntl(STDOUT_FILENO, F_SETPIPE_SZ, 1 << 20);
+  }
 }
 
 // `stoker ls s3://`: the buckets, as `aws s3 ls` prints them.
@@ -72,18 +87,39 @@ absl::Status Ls(const std::string& url, bool recursive) {
   return absl::OkStatus();
 }
 
-// Streams `range` of an object to `sink` in order, fetching up to `window` parts of
-// reader.options().part_size concurrently. All parts are pinned to the ETag seen by Stat, so a
-// concurrent overwrite fails the copy instead of mixing versions.
+// The part size for streaming from a store whose request round trip took `round_trip` (the Stat,
+// connection set-up included): at least what one connection moves in a round trip at 90 MB/s (the
+// S3 figure of ReaderOptions), so a part's time to first byte is at most half its time, rounded up
+// to a power of two between 1 MiB and options.part_size. Over the loopback or a LAN (round trips up
+// to ~10 ms) parts are 1 MiB: 16 in flight are 16 MiB of buffers, recycled by the buffer pool,
+// instead of 128 MiB of fresh pages whose page faults were most of `stoker cat`'s system time
+// (bench/results/cat.md); over S3 (~30 ms) they are 4 MiB, and 8 MiB past ~50 ms.
+uint64_t PartSizeForLatency(absl::Duration round_trip, const io::ReaderOptions& options) {
+  constexpr double kConnectionBytesPerSecond = 90e6;
+  constexpr uint64_t kMinPart = 1 << 20;
+  double wanted = absl::ToDoubleSeconds(round_trip) * kConnectionBytesPerSecond;
+  uint64_t part = kMinPart;
+  while (part < options.part_size && static_cast<double>(part) < wanted) part *= 2;
+  return std::max<uint64_t>(std::min(part, options.part_size), 1);
+}
+
+// Streams `range` of an object to `sink` in order, fetching up to `window` parts concurrently.
+// All parts are pinned to the ETag seen by Stat, so a concurrent overwrite fails the copy instead
+// of mixing versions. Parts are reader.options().part_size bytes, or with `size_parts_by_latency`
+// sized by the round trip of that Stat (see PartSizeForLatency).
 absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::ByteRange range,
-                          const std::function<absl::Status(Buffer)>& sink, int window = 16) {
+                          const std::function<absl::Status(Buffer)>& sink, int window = 16,
+                          bool size_parts_by_latency = false) {
+  absl::Time stat_start = absl::Now();
   ASSIGN_OR_RETURN(io::ObjectInfo info, reader.store().Stat(key));
   if (range.offset > info.size) {
     return absl::OutOfRangeError(StrCat("offset ", range.offset, " is past the end of ",
                                         reader.store().Url(key), " (", info.size, " bytes)"));
   }
   uint64_t end = std::min<uint64_t>(range.end(), info.size);
-  const uint64_t part = reader.options().part_size;
+  const uint64_t part = size_parts_by_latency
+                            ? PartSizeForLatency(absl::Now() - stat_start, reader.options())
+                            : reader.options().part_size;
   size_t parts = static_cast<size_t>((end - range.offset + part - 1) / part);
 
   absl::Mutex mu;
@@ -127,11 +163,20 @@ absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::By
 }
 
 absl::Status Cat(const std::string& url, uint64_t offset, int64_t length) {
+  // Keep freed memory mapped: glibc otherwise hands the top of the transport thread's heap back
+  // to the kernel (madvise DONTNEED) every time it frees a few MiB there, and the next responses
+  // fault those pages in again (up to 50,000 minor faults per 512 MiB). This process only streams,
+  // so what it keeps is bounded by the parts in flight.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   ASSIGN_OR_RETURN(io::StoreAndKey source, io::OpenUrl(url));
   io::RangedReader reader(source.store);
   io::ByteRange range{offset, length < 0 ? io::ByteRange::kToEnd : static_cast<uint64_t>(length)};
-  return StreamObject(reader, source.key, range,
-                      [](Buffer part) { return WriteAll(STDOUT_FILENO, part); });
+  PrepareStandardOutput();
+  return StreamObject(
+      reader, source.key, range, [](Buffer part) { return WriteAll(STDOUT_FILENO, part); },
+      /*window=*/16,
+      /*size_parts_by_latency=*/true);
 }
 
 // Copies one object, streaming it in parallel parts; the destination appears only once complete.
