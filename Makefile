@@ -7,7 +7,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan test-stress fuzz bench demo clean format format-check lint cuda-check soak fuzz-long
+.PHONY: all deps build test test-unit test-asan test-stress fuzz bench bench-scoreboard demo clean format format-check lint cuda-check soak fuzz-long
 
 all: build
 
@@ -83,6 +83,11 @@ demo: deps build
 
 bench: deps build
 	/usr/bin/python3 bench/run.py --build $(BUILD)
+
+# Every P-figure of issue 25 beside its strongest peer, idle and under `stress-ng --cpu 1`, into
+# bench/results/scoreboard.md (SCOREBOARD_FLAGS=--quick: P1 only, for development).
+bench-scoreboard: build
+	/usr/bin/python3 bench/scoreboard.py --build $(BUILD) $(SCOREBOARD_FLAGS)
 
 # The fault soak (tests/soak/soak.py) for SOAK_MINUTES (20): workers killed, the dispatcher
 # restarted and S3 faults injected under shared and coordinated jobs; results in

@@ -27,7 +27,7 @@ packages=(
   python3-pip python3-setuptools python3-wheel
   # servers and peers used by tests and benchmarks
   swift swift-proxy swift-object swift-container swift-account python3-swift memcached
-  nginx-light s3fs rclone awscli curl fio
+  nginx-light s3fs rclone awscli curl fio stress-ng
   # operations: /metrics scraped by a real Prometheus, the status page in headless Chromium
   prometheus chromium
   # multi-host tests on one machine (scripts/netns-cluster): network namespaces, bridges, tc
