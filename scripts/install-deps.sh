@@ -36,7 +36,14 @@ packages=(
   openssl
   # a test that finds a hung process prints its threads' stacks
   gdb
+  # the container image and its test (deploy/build-image.sh, tests/deploy/container_test.py):
+  # podman with runc, its networks (netavark, aardvark-dns), debootstrap for the base image
+  podman runc crun netavark aardvark-dns fuse-overlayfs slirp4netns uidmap catatonit debootstrap
+  python3-yaml
 )
+
+# --build-only: the build's packages alone (not the test servers, PyTorch or Chromium).
+((build_only)) && packages=("${build_packages[@]}")
 
 sudo_cmd=()
 [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
