@@ -7,12 +7,18 @@ export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps build test test-unit test-asan test-stress fuzz bench bench-scoreboard demo clean format format-check lint cuda-check soak fuzz-long
+.PHONY: all deps build test test-unit test-asan test-stress fuzz bench bench-scoreboard demo clean format format-check lint cuda-check soak fuzz-long image
 
 all: build
 
 deps:
 	bash scripts/install-deps.sh
+
+# The container image (docs/deploy.md): the full two-stage build of deploy/Containerfile with podman,
+# on a Debian 12 base image made here from Debian packages when podman's storage lacks it.
+IMAGE ?= localhost/stoker:latest
+image:
+	deploy/build-image.sh --tag $(IMAGE)
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
