@@ -41,7 +41,9 @@ STOKER, MAKE_IMAGES, SOURCE_DIR, OUT_DIR = sys.argv[1:5]
 PREFIX = f"stoker-ct-{os.getpid()}"
 IMAGE = f"localhost/stoker:ctest-{os.getpid()}"
 BASE = "localhost/debian:12"
-STEP_MS = "40"  # the trainers' time per element: 120 elements make an epoch of about 5 s
+# The trainers' time per element: 120 elements make an epoch of about 12 s, time enough to kill
+# and replace containers (each podman command takes about a second on a loaded machine) mid-epoch.
+STEP_MS = "100"
 T0 = time.time()
 
 
@@ -340,6 +342,9 @@ def run_cluster(made, work, shards, job, expected):
     step(f"killed {victim} (kill -9) after {at:.0f} elements of epoch 0")
     wait_for(lambda: metric(http(metrics_url)[1], "stoker_dispatcher_workers") == 2,
              "the dispatcher to count the killed worker lost", timeout=30)
+    wait_for(lambda: re.search(re.escape(f"({workers[victim]}:5001) missed its heartbeats; "
+                                         "leasing its splits again"), logs(disp)),
+             "the dispatcher's log to lease the killed worker's splits again", timeout=30)
 
     # The status page and /metrics, over the network, name the 2 live workers.
     status, page = http(f"http://{disp_ip}:8080/")
@@ -349,7 +354,7 @@ def run_cluster(made, work, shards, job, expected):
 
     # In epoch 1: the dispatcher container killed, removed, and a new one started on the journal
     # volume at the same address.
-    wait_for(lambda: received() >= len(expected) + 10, "the host trainer in epoch 1",
+    wait_for(lambda: received() >= len(expected) + 5, "the host trainer in epoch 1",
              timeout=120)
     if host.poll() is not None:
         fail("the host trainer finished before the dispatcher could be restarted")
@@ -362,8 +367,12 @@ def run_cluster(made, work, shards, job, expected):
     _, restart_s = start_dispatcher(disp_ip, mac)
     replayed = wait_for(lambda: re.search(r"replayed (\d+) updates", logs(disp)),
                         "the new dispatcher container to replay its journal")
-    step(f"dispatcher container replaced (kill -9, rm, run on the volume): replayed "
-         f"{replayed.group(1)} updates, /healthz ok {restart_s:.2f} s after `podman run`")
+    if host.poll() is not None:
+        fail("the host trainer finished before the new dispatcher container was up: the "
+             "restart was not mid-epoch (make the epoch longer)")
+    step(f"dispatcher container replaced (kill -9, rm, run on the volume) at {received():.0f} "
+         f"elements: replayed {replayed.group(1)} updates, /healthz ok {restart_s:.2f} s after "
+         "`podman run`")
 
     for p, who in ((host, "host trainer"), (ctr, "container trainer")):
         try:
