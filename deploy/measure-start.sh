@@ -14,6 +14,7 @@ fi
 podman network create "$net" >/dev/null
 trap 'podman rm -f -t 0 "$net-d" "$net-w" >/dev/null 2>&1; podman network rm -f "$net" >/dev/null' EXIT
 now() { date +%s.%N; }
+ds=() ws=()
 wait_ok() {  # $1: container; prints the seconds from $2 to /healthz 200
   local ip
   ip=$(podman inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$1")
@@ -30,5 +31,8 @@ for ((i = 1; i <= runs; i++)); do
     --port 5001 --http-port 8080 >/dev/null
   w=$(wait_ok "$net-w" "$t")
   echo "run $i: dispatcher $d s, worker $w s"
+  ds+=("$d") ws+=("$w")
   podman rm -f -t 0 "$net-d" "$net-w" >/dev/null
 done
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo "median: dispatcher $(median "${ds[@]}") s, worker $(median "${ws[@]}") s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
