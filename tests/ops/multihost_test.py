@@ -12,8 +12,6 @@ Skips (with a message) only where network namespaces cannot be created (not root
 
 Usage: multihost_test.py STOKER MAKE_TEST_IMAGES SOURCE_DIR OUT_DIR
 """
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -23,7 +21,8 @@ import sys
 import tempfile
 import time
 
-from ops_common import fail, read, wait_for
+from ops_common import (can_create_namespaces, fail, load_netns_cluster, read,
+                        stop_and_keep_logs, wait_for)
 
 STOKER, MAKE_IMAGES, SOURCE_DIR, OUT_DIR = sys.argv[1:5]
 S3_SERVER = os.path.join(SOURCE_DIR, "scripts", "s3-test-server")
@@ -38,29 +37,6 @@ T0 = time.time()
 
 def step(what):
     print(f"[{time.time() - T0:5.1f} s] {what}", flush=True)
-
-
-def load_netns_cluster():
-    path = os.path.join(SOURCE_DIR, "scripts", "netns-cluster")
-    loader = importlib.machinery.SourceFileLoader("netns_cluster", path)
-    spec = importlib.util.spec_from_loader("netns_cluster", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def can_create_namespaces():
-    """None if this process can create network namespaces, else why not."""
-    if os.geteuid() != 0:
-        return "not root (network namespaces need CAP_NET_ADMIN)"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "iproute2 (ip, tc) is not installed"
-    probe = f"stoker-probe-{os.getpid()}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"`ip netns add` failed: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe])
-    return None
 
 
 def http(cluster, host, port, path):
@@ -85,7 +61,7 @@ def main():
         return
     if shutil.which("swift-proxy-server") is None:
         fail("OpenStack Swift is not installed (scripts/install-deps.sh installs it)")
-    netns = load_netns_cluster()
+    netns = load_netns_cluster(SOURCE_DIR)
     os.makedirs(OUT_DIR, exist_ok=True)
     work = tempfile.mkdtemp(prefix="stoker-multihost-")
     procs = []
@@ -255,14 +231,7 @@ def main():
             cluster.set_link("w1", up=True)
             subprocess.run([S3_SERVER, "stop", s3_dir], stdout=subprocess.DEVNULL, timeout=60)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        for name in os.listdir(work):
-            if name.endswith(".out") or name.endswith(".err"):
-                shutil.copy(os.path.join(work, name), OUT_DIR)
-        shutil.rmtree(work, ignore_errors=True)
+        stop_and_keep_logs(procs, work, OUT_DIR)
     print("multihost test: OK")
 
 

@@ -1,7 +1,12 @@
 """Helpers the operations tests (tests/ops/*_test.py) share: failing with a message, reading a
-process's log file, waiting for a condition, and reading a process's HTTP pages and metrics.
+process's log file, waiting for a condition, reading a process's HTTP pages and metrics, and
+network namespaces (scripts/netns-cluster) for tests of several hosts.
 The tests run as scripts, so their own folder is on sys.path and `import ops_common` finds this."""
+import importlib.machinery
+import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import time
 import urllib.error
@@ -44,3 +49,40 @@ def metric(port, series):
         if line.startswith(series + " "):
             return float(line.split()[-1])
     return None
+
+
+def load_netns_cluster(source_dir):
+    """scripts/netns-cluster as a module (its Cluster class makes the namespaces)."""
+    path = os.path.join(source_dir, "scripts", "netns-cluster")
+    loader = importlib.machinery.SourceFileLoader("netns_cluster", path)
+    spec = importlib.util.spec_from_loader("netns_cluster", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def can_create_namespaces():
+    """None if this process can create network namespaces, else why not."""
+    if os.geteuid() != 0:
+        return "not root (network namespaces need CAP_NET_ADMIN)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "iproute2 (ip, tc) is not installed"
+    probe = f"stoker-probe-{os.getpid()}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"`ip netns add` failed: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe])
+    return None
+
+
+def stop_and_keep_logs(procs, work, out_dir):
+    """Kills the processes still running, copies their logs (*.out, *.err in `work`) to
+    `out_dir` and removes `work`."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    for name in os.listdir(work):
+        if name.endswith(".out") or name.endswith(".err"):
+            shutil.copy(os.path.join(work, name), out_dir)
+    shutil.rmtree(work, ignore_errors=True)

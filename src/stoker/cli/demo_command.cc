@@ -109,7 +109,10 @@ absl::Status RunDemo(const DemoOptions& o) {
 
   std::fprintf(stderr,
                "3. starting a dispatcher and 2 workers (in this process, on loopback) ...\n");
+  // Loopback only: the demo serves this host (no other host could reach it, so no plaintext
+  // warning either).
   service::DispatcherOptions dopts;
+  dopts.bind_address = "127.0.0.1";
   dopts.work_dir = dir + "/dispatcher";
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(dopts));
   std::string address = StrCat("127.0.0.1:", dispatcher->port());
@@ -117,6 +120,7 @@ absl::Status RunDemo(const DemoOptions& o) {
   for (int i = 0; i < 2; ++i) {
     service::WorkerOptions wopts;
     wopts.dispatcher_address = address;
+    wopts.bind_address = "127.0.0.1";
     wopts.heartbeat_interval = std::chrono::milliseconds(100);
     wopts.threads = 1;
     ASSIGN_OR_RETURN(auto w, service::Worker::Start(wopts));
@@ -139,6 +143,7 @@ absl::Status RunDemo(const DemoOptions& o) {
                o.batch);
   service::ServiceClientOptions copts;
   copts.dispatcher_address = address;
+  copts.display_name = service::DefaultDisplayName("stoker demo");
   copts.heartbeat_interval = std::chrono::milliseconds(100);
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto client, service::ServiceClient::Open(copts, spec.dump()));

@@ -26,6 +26,7 @@ namespace stoker::cli {
 namespace {
 
 struct DispatcherCliOptions {
+  std::string bind = "0.0.0.0";
   int port = 5000;
   int http_port = 0;
   std::string work_dir;
@@ -50,6 +51,7 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   SetDefaultLogLevel(spdlog::level::info);  // its events, one line each (docs/operations.md)
   BlockStopSignals();
   service::DispatcherOptions options;
+  ASSIGN_OR_RETURN(options.bind_address, service::ParseBindAddress(o.bind));
   options.port = o.port;
   options.work_dir = o.work_dir;
   options.worker_timeout = std::chrono::milliseconds(o.worker_timeout_ms);
@@ -74,11 +76,14 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   options.max_jobs = o.max_jobs;
   options.max_clients = o.max_clients;
   options.max_registered_workers = o.max_registered_workers;
-  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
+  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port, options.bind_address));
   ASSIGN_OR_RETURN(auto dispatcher, service::Dispatcher::Start(options));
   if (o.autoscale == "local") {
     service::LocalActuatorOptions l;
-    l.dispatcher_address = StrCat("127.0.0.1:", dispatcher->port());
+    // Its workers dial the dispatcher where it listens (loopback when it listens everywhere).
+    l.dispatcher_address = service::IsWildcardAddress(options.bind_address)
+                               ? StrCat("127.0.0.1:", dispatcher->port())
+                               : service::ListenAddress(options.bind_address, dispatcher->port());
     l.worker_flags = o.worker_flags;
     actuator = std::make_unique<service::LocalWorkerActuator>(l);
   }
@@ -88,9 +93,12 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
   });
   std::printf(
       "dispatcher: serving on port %d, /healthz on port %d, journal in %s (%lld updates "
-      "replayed)\n",
+      "replayed)%s\n",
       dispatcher->port(), health->port(), o.work_dir.empty() ? "(none)" : o.work_dir.c_str(),
-      static_cast<long long>(dispatcher->updates_applied()));
+      static_cast<long long>(dispatcher->updates_applied()),
+      service::IsWildcardAddress(options.bind_address)
+          ? ""
+          : StrCat(", listening on ", options.bind_address, " only").c_str());
   std::fflush(stdout);
   WaitForSignal();
   health.reset();  // before the dispatcher its status page reads
@@ -99,6 +107,7 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
 
 struct WorkerCliOptions {
   std::string dispatcher;
+  std::string bind = "0.0.0.0";
   int port = 0;
   int http_port = 0;
   std::string host;  // empty: the address this host reaches the dispatcher from
@@ -127,8 +136,14 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   mallopt(M_ARENA_MAX, static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
   service::WorkerOptions options;
   options.dispatcher_address = o.dispatcher;
+  ASSIGN_OR_RETURN(options.bind_address, service::ParseBindAddress(o.bind));
   options.port = o.port;
   options.host = o.host;
+  // Listening on one address: that is where consumers reach it.
+  if (options.host.empty() && !service::IsWildcardAddress(options.bind_address))
+    options.host = options.bind_address.find(':') != std::string::npos
+                       ? StrCat("[", options.bind_address, "]")
+                       : options.bind_address;
   if (options.host.empty()) {
     auto local = service::LocalAddressTowards(o.dispatcher);
     if (!local.ok()) {
@@ -162,7 +177,7 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.unhealthy_after_failures = o.unhealthy_after;
   options.security = o.security;
   options.max_clients_per_job = o.max_clients_per_job;
-  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port));
+  ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port, options.bind_address));
   ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
   // 503 with the reason once the worker is unhealthy (docs/operations.md).
   health->Handle("/healthz", [w = worker.get()](const std::string&) {
@@ -194,9 +209,12 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
   // Static, so the parsed options outlive parsing without a heap object the leak checker flags.
   static DispatcherCliOptions dispatcher_options;
   auto* d = app.add_subcommand("dispatcher", "Run the service's dispatcher");
+  d->add_option("--bind", dispatcher_options.bind,
+                "ADDRESS the gRPC and HTTP ports listen on: 0.0.0.0 (default: every interface), "
+                "127.0.0.1 (this host only) or one interface's address");
   d->add_option("--port", dispatcher_options.port, "gRPC port (default 5000; 0: any free port)");
   d->add_option("--http-port", dispatcher_options.http_port,
-                "port of GET /healthz and /metrics (0: any)");
+                "port of GET / (status page), /healthz and /metrics (0: any)");
   d->add_option("--work-dir", dispatcher_options.work_dir,
                 "folder of the journal; a restart replays it (default: no journal)");
   d->add_option("--worker-timeout-ms", dispatcher_options.worker_timeout_ms,
@@ -245,13 +263,16 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
   auto* w = app.add_subcommand("worker", "Run a service worker");
   w->add_option("--dispatcher", worker_options.dispatcher, "the dispatcher's HOST:PORT")
       ->required();
+  w->add_option("--bind", worker_options.bind,
+                "ADDRESS the gRPC and HTTP ports listen on: 0.0.0.0 (default: every interface), "
+                "127.0.0.1 (this host only) or one interface's address");
   w->add_option("--port", worker_options.port, "gRPC port (default 0: any free port)");
   w->add_option("--http-port", worker_options.http_port,
                 "port of GET /healthz and /metrics (0: any)");
   w->add_option("--host", worker_options.host,
-                "host name or address clients reach this worker at (default: this host's "
-                "address on the route to the dispatcher, 127.0.0.1 only if the dispatcher is "
-                "on loopback)");
+                "host name or address clients reach this worker at (default: the --bind address "
+                "if it is one address, else this host's address on the route to the dispatcher, "
+                "127.0.0.1 only if the dispatcher is on loopback)");
   w->add_option("--heartbeat-ms", worker_options.heartbeat_ms, "heartbeat interval (default 500)");
   w->add_option("--buffer-bytes", worker_options.buffer_bytes,
                 "ready elements kept per job, in bytes; K, M, G suffixes (default 256M)");

@@ -2,25 +2,30 @@
 
 #include <chrono>
 
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/service/common/net_util.h"
 
 namespace stoker::service {
 
-absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(grpc::Service* service, int port,
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(grpc::Service* service,
+                                                              const std::string& bind, int port,
                                                               std::string_view who,
                                                               const Security& security,
                                                               int max_send_message_bytes) {
+  ASSIGN_OR_RETURN(std::string address, ParseBindAddress(bind));
   std::unique_ptr<GrpcServer> s(new GrpcServer());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(StrCat("0.0.0.0:", port), security.ServerCredentials(), &s->port_);
+  builder.AddListeningPort(ListenAddress(address, port), security.ServerCredentials(), &s->port_);
   builder.RegisterService(service);
   if (max_send_message_bytes != 0) builder.SetMaxSendMessageSize(max_send_message_bytes);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
-        StrCat(who, " cannot listen on port ", port, " (in use? choose another --port)"));
+        StrCat(who, " cannot listen on ", ListenAddress(address, port),
+               " (port in use? choose another --port; --bind must be an address of this host)"));
   }
-  WarnIfPlaintext(security, who, s->port_);
+  WarnIfPlaintext(security, who, address, s->port_);
   return s;
 }
 

@@ -1,5 +1,6 @@
 #include "stoker/service/common/health_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,29 +14,45 @@
 #include <vector>
 
 #include "stoker/core/metrics.h"
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread.h"
+#include "stoker/service/common/net_util.h"
 
 namespace stoker::service {
 
-absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port,
+                                                                  const std::string& bind) {
+  ASSIGN_OR_RETURN(std::string address, ParseBindAddress(bind));
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+  if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    size = sizeof(*v4);
+  } else if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    size = sizeof(*v6);
+  }
+  int fd = ::socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(StrCat("healthz socket: ", strerror(errno)));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&storage), size) != 0 || ::listen(fd, 16) != 0) {
     int err = errno;
     ::close(fd);
-    return absl::UnavailableError(StrCat("cannot listen for /healthz on port ", port, ": ",
-                                         strerror(err), " (choose another --http-port)"));
+    return absl::UnavailableError(StrCat("cannot listen for /healthz on ",
+                                         ListenAddress(address, port), ": ", strerror(err),
+                                         " (choose another --http-port, or a --bind address of "
+                                         "this host)"));
   }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return std::unique_ptr<HealthServer>(new HealthServer(fd, ntohs(addr.sin_port)));
+  socklen_t len = sizeof(storage);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &len);
+  const int bound = ntohs(storage.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
+  return std::unique_ptr<HealthServer>(new HealthServer(fd, bound));
 }
 
 HealthServer::HealthServer(int fd, int port) : fd_(fd), port_(port) {

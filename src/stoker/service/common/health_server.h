@@ -28,8 +28,10 @@ using HttpHandler = std::function<HttpReply(const std::string& query)>;
 
 class HealthServer {
  public:
-  // Listens on 0.0.0.0:port (0: any free port) and serves from one thread.
-  static absl::StatusOr<std::unique_ptr<HealthServer>> Start(int port);
+  // Listens on bind:port (bind: a numeric IPv4 or IPv6 address, net_util.h's ParseBindAddress;
+  // port 0: any free port) and serves from one thread.
+  static absl::StatusOr<std::unique_ptr<HealthServer>> Start(int port,
+                                                             const std::string& bind = "0.0.0.0");
   ~HealthServer();  // stops and joins the thread
   int port() const { return port_; }
   // Serves GET (and HEAD) `path` (e.g. "/healthz", "/") with `handler` from now on, replacing the

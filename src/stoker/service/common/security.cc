@@ -18,6 +18,7 @@
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/service/common/grpc_util.h"
+#include "stoker/service/common/net_util.h"
 
 namespace stoker::service {
 namespace {
@@ -284,14 +285,16 @@ std::string DiagnoseUnavailable(const std::string& address, const Security& secu
   return "";
 }
 
-void WarnIfPlaintext(const Security& security, std::string_view server, int port) {
-  if (security.tls_server()) return;
+void WarnIfPlaintext(const Security& security, std::string_view server, const std::string& bind,
+                     int port) {
+  if (security.tls_server() || IsLoopbackAddress(bind)) return;
   static std::once_flag once;
   std::call_once(once, [&] {
     SPDLOG_WARN(
-        "{}: serving plaintext gRPC on 0.0.0.0:{} (every interface){}: whoever reaches this port "
-        "can {}; pass --tls-cert and --tls-key (docs/security.md)",
-        server, port, security.requires_token() ? ", the token in clear" : " without a token",
+        "{}: serving plaintext gRPC on {}{}{}: whoever reaches this port can {}; pass --tls-cert "
+        "and --tls-key (docs/security.md), or --bind 127.0.0.1 to serve this host only",
+        server, ListenAddress(bind, port), IsWildcardAddress(bind) ? " (every interface)" : "",
+        security.requires_token() ? ", the token in clear" : " without a token",
         security.requires_token() ? "read the token and the data in transit"
                                   : "read and feed the service's data");
   });

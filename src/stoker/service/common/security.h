@@ -96,7 +96,9 @@ std::string DiagnoseUnavailable(const std::string& address, const Security& secu
 // Compares in time that depends only on the lengths, not on where the strings differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
-// Logs once per process that `server` serves plaintext gRPC on a non-loopback address.
-void WarnIfPlaintext(const Security& security, std::string_view server, int port);
+// Logs once per process that `server` serves plaintext gRPC on a non-loopback address (`bind`,
+// checked by ParseBindAddress); nothing for a loopback one, which only this host reaches.
+void WarnIfPlaintext(const Security& security, std::string_view server, const std::string& bind,
+                     int port);
 
 }  // namespace stoker::service

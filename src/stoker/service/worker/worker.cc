@@ -34,9 +34,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   w->dispatcher_ = DispatcherService::NewStub(
       w->security_->MakeChannel(options.dispatcher_address, Caller::kWorker));
   w->service_ = NewWorkerGrpcService(w.get(), w->security_.get());
-  ASSIGN_OR_RETURN(w->server_,
-                   GrpcServer::Start(w->service_.get(), options.port, "worker", *w->security_,
-                                     /*max_send_message_bytes=*/-1));
+  ASSIGN_OR_RETURN(w->server_, GrpcServer::Start(w->service_.get(), options.bind_address,
+                                                 options.port, "worker", *w->security_,
+                                                 /*max_send_message_bytes=*/-1));
   w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
@@ -96,6 +96,7 @@ Worker::~Worker() {
 void Worker::Drain(std::chrono::milliseconds timeout) {
   auto deadline = absl::Now() + absl::FromChrono(timeout);
   int64_t id = 0;
+  std::chrono::milliseconds leave_timeout(2000);
   {
     absl::MutexLock lock(&mu_);
     draining_ = true;
@@ -103,11 +104,15 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
       if (t->sharding == "off") t->cancelled = true;
     // Every task's producer finished its split and every element it made was handed out and
     // acknowledged (the client asked past it). Heartbeats go on meanwhile, so the dispatcher
-    // does not lease these splits to others.
+    // does not lease these splits to others. Without a dispatcher (stopped with this worker, or
+    // restarting) only the producers are waited for: consumers could not acknowledge what they
+    // received, and the dispatcher leases those splits again when it is back.
     auto drained = [&] {
       for (const auto& [job, t] : tasks_) {
         if (t->cancelled) continue;
-        if (!t->producer_done || !t->unassigned.empty()) return false;
+        if (!t->producer_done) return false;
+        if (dispatcher_unreachable_) continue;
+        if (!t->unassigned.empty()) return false;
         if (t->cross_trainer && t->buffered_bytes > 0) return false;
         for (const auto& [key, stream] : t->streams)
           if (!stream.buffer.empty()) return false;
@@ -116,8 +121,15 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&drained), deadline))
       SPDLOG_WARN("worker {}: drain timed out; leaving with elements not yet received", address_);
+    else if (dispatcher_unreachable_)
+      SPDLOG_WARN(
+          "worker {}: dispatcher {} is unreachable: leaving without waiting for consumers (their "
+          "splits are leased again)",
+          address_, options_.dispatcher_address);
     heartbeats_stopped_ = true;  // no heartbeat may follow the leaving one (it would re-register)
+    if (heartbeat_call_ != nullptr) heartbeat_call_->TryCancel();  // a long poll: not waited for
     id = worker_id_;
+    if (dispatcher_unreachable_) leave_timeout = std::chrono::milliseconds(500);
   }
   if (heartbeat_.joinable()) heartbeat_.join();
   WorkerHeartbeatRequest req;
@@ -126,7 +138,7 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
   req.set_leaving(true);
   WorkerHeartbeatResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, std::chrono::seconds(2));
+  SetDeadline(&ctx, leave_timeout);
   grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
   if (!s.ok())
     SPDLOG_WARN(
@@ -166,7 +178,22 @@ void Worker::HeartbeatLoop() {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kRpcTimeout + options_.heartbeat_interval);
     auto sent = Clock::now();
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || heartbeats_stopped_) return;
+      heartbeat_call_ = &ctx;
+    }
     grpc::Status s = dispatcher_->WorkerHeartbeat(&ctx, req, &resp);
+    {
+      absl::MutexLock lock(&mu_);
+      heartbeat_call_ = nullptr;
+      if (heartbeats_stopped_) return;  // Drain cancelled it; the leaving heartbeat follows
+      // Unreachable: no answer, or the call failed for want of a connection (not a refusal
+      // the dispatcher sent, which says it is there).
+      dispatcher_unreachable_ = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                                s.error_code() == grpc::StatusCode::CANCELLED;
+    }
     std::string why;  // a configuration mismatch behind a failure (TLS, plaintext), if any
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
         Clock::now() - last_diagnosis >= std::chrono::seconds(10)) {

@@ -18,6 +18,7 @@
 // Thread safety: all public methods are thread-safe. One mutex; no lock is held across an RPC.
 #pragma once
 
+#include <grpcpp/client_context.h>
 #include <grpcpp/server.h>
 #include <grpcpp/support/byte_buffer.h>
 
@@ -47,6 +48,9 @@ namespace stoker::service {
 struct WorkerOptions {
   std::string dispatcher_address;  // host:port
   int port = 0;                    // 0: any free port
+  // The address it listens on (--bind): every interface by default; "127.0.0.1" serves this
+  // host only. `host` must be an address clients reach it at through this one.
+  std::string bind_address = "0.0.0.0";
   std::string host = "127.0.0.1";  // the host clients reach this worker at
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds split_target{100};  // processing time a split is sized for
@@ -276,6 +280,16 @@ class Worker {
   bool shm_failed_ ABSL_GUARDED_BY(mu_) = false;  // a segment could not be made: logged, off
   bool draining_ ABSL_GUARDED_BY(mu_) = false;    // no new splits
   bool heartbeats_stopped_ ABSL_GUARDED_BY(mu_) = false;  // Drain ended the heartbeat loop
+  // The last heartbeat failed for want of a dispatcher (unreachable, or it went away mid-call).
+  // A drain then gives up waiting for consumers: their splits cannot be acknowledged anyway,
+  // and the restarted dispatcher leases them again.
+  bool dispatcher_unreachable_ ABSL_GUARDED_BY(mu_) = false;
+  // The heartbeat in flight, so that Drain can cancel it rather than wait for its long poll.
+  grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A drain that stops waiting: draining with the dispatcher unreachable.
+  bool Abandoning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return draining_ && dispatcher_unreachable_;
+  }
 };
 
 }  // namespace stoker::service

@@ -135,11 +135,12 @@ bool Worker::Push(Task* task, ElementData meta, EncodedElement payload, int64_t 
   int64_t size = static_cast<int64_t>(payload.size) + 64;
   absl::MutexLock lock(&mu_);
   auto room = [&] {
-    return Stopped(task) || task->buffered_bytes == 0 ||
+    return Stopped(task) || Abandoning() || task->buffered_bytes == 0 ||
            task->buffered_bytes + size <= options_.buffer_bytes;
   };
   mu_.Await(absl::Condition(&room));
-  if (Stopped(task)) return false;
+  // Draining without a dispatcher: nobody can acknowledge this split; it is leased again.
+  if (Stopped(task) || Abandoning()) return false;
   if (!meta.empty()) {
     task->produced_elements->Increment();
     ++produced_total_;
@@ -352,7 +353,9 @@ absl::Status Worker::RunDynamic(Task* task) {
     GetSplitRequest req;
     {
       absl::MutexLock lock(&mu_);
-      auto room = [&] { return Stopped(task) || task->buffered_bytes < options_.buffer_bytes / 2; };
+      auto room = [&] {
+        return Stopped(task) || draining_ || task->buffered_bytes < options_.buffer_bytes / 2;
+      };
       mu_.Await(absl::Condition(&room));
       if (Stopped(task) || draining_) return absl::OkStatus();
       req.set_worker_id(worker_id_);
@@ -369,7 +372,7 @@ absl::Status Worker::RunDynamic(Task* task) {
       if (!s.ok() && s.error_code() == grpc::StatusCode::NOT_FOUND)
         return FromGrpc(s, StrCat("GetSplit from dispatcher ", options_.dispatcher_address));
       absl::MutexLock lock(&mu_);
-      auto stopped = [&] { return Stopped(task); };
+      auto stopped = [&] { return Stopped(task) || draining_; };
       mu_.AwaitWithTimeout(absl::Condition(&stopped), absl::Milliseconds(s.ok() ? 50 : 200));
       continue;
     }
