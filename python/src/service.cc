@@ -38,6 +38,9 @@ class ServiceConsumer {
     options.consumer_index = o["consumer_index"].cast<int64_t>();
     options.partial_round = o["partial_round"].cast<std::string>();
     options.deterministic = o["deterministic"].cast<bool>();
+    if (o.contains("display_name") && !o["display_name"].is_none())
+      options.display_name = o["display_name"].cast<std::string>();
+    if (o.contains("open_ended")) options.open_ended = o["open_ended"].cast<bool>();
     if (o.contains("prefetch_mb") && !o["prefetch_mb"].is_none()) {
       // A request asks for at most what the prefetch budget holds.
       options.prefetch_bytes = o["prefetch_mb"].cast<int64_t>() << 20;

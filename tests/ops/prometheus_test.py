@@ -4,13 +4,15 @@
 Starts a dispatcher, 2 workers and a consumer (stoker consume --http-port) on loopback, with the
 dataset served over HTTP by nginx (scripts/http-test-server), and a Prometheus on a free port whose
 scrape configuration names all four. Runs one job, then reads the values back through Prometheus's
-HTTP query API and compares them with what the consumer says it received. Every /metrics page also
+HTTP query API and compares them with what the consumer says it received, and the job's series
+labelled with its name (`<user>@<host>:stoker consume`) and dataset. Every /metrics page also
 passes `promtool check metrics`.
 
 Usage: prometheus_test.py STOKER MAKE_TEST_IMAGES SOURCE_DIR OUT_DIR
 """
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -87,6 +89,15 @@ def query(prom_port, expr):
     if len(result) != 1:
         fail(f"query {expr} returned {len(result)} series: {result}")
     return float(result[0]["value"][1])
+
+
+def series_labels(prom_port, expr):
+    """The label sets of an instant query's series."""
+    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    reply = json.loads(get(url))
+    if reply.get("status") != "success":
+        fail(f"query {expr}: {reply}")
+    return [r["metric"] for r in reply["data"]["result"]]
 
 
 def wait_for_value(prom_port, expr, expected, timeout=15):
@@ -235,6 +246,22 @@ scrape_configs:
             prom_port,
             f'max_over_time(stoker_client_splits_acknowledged_total{{job_id="{job}"}}[5m])', splits)
         wait_for_value(prom_port, 'stoker_dispatcher_jobs{state="finished"}', 1)
+        # While it ran, the job's series carried its name: the display name `stoker consume`
+        # sends for an unnamed job, and its info series the dataset it read.
+        name = f"{pwd.getpwuid(os.geteuid()).pw_name}@{socket.gethostname()}:stoker consume"
+        info = series_labels(prom_port, f'max_over_time(stoker_job_info{{job_id="{job}"}}[5m])')
+        want = {"job_id": job, "job_name": name, "display_name": name,
+                "dataset": base + "shards/", "instance": f"127.0.0.1:{dispatcher_http}",
+                "job": "dispatcher"}
+        if info != [want]:
+            fail(f"stoker_job_info of job {job}: {info}, expected {[want]}")
+        by_name = f'job_id="{job}",job_name="{name}"'
+        wait_for_value(prom_port, f"max_over_time(stoker_job_epochs{{{by_name}}}[5m])", 2)
+        # (positions: 0 until a worker counted them, which a scrape may not have seen)
+        for series in ("positions", "positions_delivered", "epochs_done", "age_seconds",
+                       "clients"):
+            if query(prom_port, f"max_over_time(stoker_job_{series}{{{by_name}}}[5m])") is None:
+                fail(f"no stoker_job_{series}{{{by_name}}} while the job ran")
         wait_for_value(prom_port, "stoker_dispatcher_workers", 2)
         # The trainer's time: waiting plus its own work is the time it ran (the consumer loop does
         # nothing else), and it did wait (the first element comes after the job starts).

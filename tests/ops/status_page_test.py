@@ -2,12 +2,14 @@
 """The dispatcher's status page (docs/operations.md, "Status page") loaded in Debian's headless
 Chromium, with real processes: a dispatcher, two workers and `stoker consume`.
 
-Job 1 (named with HTML metacharacters) runs to completion; job 2 runs with its consumer stopped
-(SIGSTOP), so that its acknowledged splits and consumers hold still. The DOM Chromium built must
-show the workers (count, ids and addresses as the workers logged them, healthy), job 1 finished
-with every split and every position the consumer received, job 2's consumers and splits as the
-dispatcher's /metrics says, the events, and job 1's name as text (escaped, no <b> element). A
-screenshot stays in OUT_DIR.
+Job 1 (named with HTML metacharacters) runs to completion; job 2 (unnamed) runs with its consumer
+stopped (SIGSTOP), so that its acknowledged splits and consumers hold still. The DOM Chromium built
+must show the workers (count, ids and addresses as the workers logged them, healthy), job 1
+finished with every split and every position the consumer received, job 2 under the display name
+its consumer sent (`<user>@<host>:stoker consume`), with its age, dataset, consumer and splits as
+the dispatcher's /metrics says and why it still runs (it waits for the stopped consumer's
+timeout), the events, and job 1's name as text (escaped, no <b> element). A screenshot stays in
+OUT_DIR.
 
 Usage: status_page_test.py STOKER OUT_DIR
 """
@@ -15,9 +17,11 @@ import glob
 import html.parser
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +32,8 @@ from ops_common import fail, http_get, metric, read, wait_for
 STOKER, OUT_DIR = sys.argv[1:3]
 CHROMIUM = "/usr/bin/chromium"
 JOB_NAME = 'page<b>&"test'
+# What `stoker consume` names a job operators see (its display name).
+CONSUME_NAME = f"{pwd.getpwuid(os.geteuid()).pw_name}@{socket.gethostname()}:stoker consume"
 
 
 class Tables(html.parser.HTMLParser):
@@ -175,16 +181,21 @@ def main():
         with open(spec2, "w") as f:
             json.dump({"source": {"range": 10000000}, "ops": [{"op": "batch", "size": 1000}]}, f)
         consumer = start("consume2", [STOKER, "consume", "--dispatcher", dispatcher, spec2])
-        wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="2",state="done"}') or 0) >= 1,
+        labels2 = f'job_id="2",job_name="{CONSUME_NAME}"'
+        wait_for(lambda: (metric(http, f'stoker_job_splits{{{labels2},state="done"}}') or 0) >= 1,
                  "a split of job 2 delivered", timeout=60)
         consumer.send_signal(signal.SIGSTOP)
+        # Silent for 2 s: the page says the job waits for its consumer's timeout.
+        wait_for(lambda: "waiting for consumer" in http_get(http, "/")[1],
+                 "job 2 waiting for its stopped consumer", timeout=30)
 
         # The page against /metrics: read both around the page, until they agree (an ack in
         # flight when the consumer stopped may still land).
         def job2_metrics():
             return {k: metric(http, f'stoker_job_{k}')
-                    for k in ('clients{job_id="2"}', 'positions{job_id="2"}',
-                              'splits{job_id="2",state="done"}')}
+                    for k in (f'clients{{{labels2}}}', f'positions{{{labels2}}}',
+                              f'positions_delivered{{{labels2}}}', f'silent_clients{{{labels2}}}',
+                              f'splits{{{labels2},state="done"}}')}
 
         deadline = time.time() + 60
         while True:
@@ -233,28 +244,45 @@ def main():
             fail(f"worker counts {page.spans}, /metrics says {workers_metric} workers")
         # Jobs, newest first.
         header, *rows = page.tables["jobs"]
-        if header != ["id", "name", "state", "consumers", "splits done", "positions done",
-                      "epochs done", "splits outstanding", "elements/s", "stall ratio"]:
+        columns = ["id", "name", "created by", "age", "dataset", "state", "consumers",
+                   "epochs done", "positions delivered", "splits done", "splits outstanding",
+                   "elements/s", "stall ratio"]
+        if header != columns:
             fail(f"jobs header {header}")
-        jobs = {r[0]: r for r in rows}
+        jobs = {r[0]: dict(zip(columns, r)) for r in rows}
         if set(jobs) != {"1", "2"}:
             fail(f"jobs shown: {rows}")
-        want1 = ["1", JOB_NAME, "finished", "0", f"{int(job1_splits)} / {int(job1_splits)}",
-                 f"{samples} / {samples}", "1 / 1", "0", "-", "-"]
-        if jobs["1"] != want1:
-            fail(f"job 1 row {jobs['1']}, expected {want1}")
+        age_re = r"\d+ s|\d+ min \d+ s"
+        row1 = jobs["1"]
+        want1 = {"id": "1", "name": JOB_NAME, "created by": CONSUME_NAME, "age": row1["age"],
+                 "dataset": f"range {samples}", "state": "finished", "consumers": "0",
+                 "epochs done": "1 / 1", "positions delivered": f"{samples} / {samples}",
+                 "splits done": f"{int(job1_splits)} / {int(job1_splits)}",
+                 "splits outstanding": "0", "elements/s": "-", "stall ratio": "-"}
+        if row1 != want1 or not re.fullmatch(age_re, row1["age"]):
+            fail(f"job 1 row {row1}, expected {want1}")
         if 'page&lt;b&gt;&amp;"test' not in dom or "<b>" in dom or "b" in page.tags:
             fail("job 1's name is not escaped in the page")
         row2 = jobs["2"]
-        done2 = int(after['splits{job_id="2",state="done"}'])
-        positions2 = int(after['positions{job_id="2"}'])
-        if (row2[2] != "running" or row2[3] != str(int(after['clients{job_id="2"}'])) or
-                row2[3] != "1" or not row2[4].startswith(f"{done2} / ") or
-                not row2[5].endswith(f" / {positions2}")):
+        done2 = int(after[f'splits{{{labels2},state="done"}}'])
+        positions2 = int(after[f'positions{{{labels2}}}'])
+        delivered2 = int(after[f'positions_delivered{{{labels2}}}'])
+        reason = re.fullmatch(r"running: no consumer is reading: waiting for consumer (\d+)'s "
+                              r"timeout \((\d+) s left\)", row2["state"])
+        if (row2["name"] != CONSUME_NAME or row2["created by"] != CONSUME_NAME or
+                not re.fullmatch(age_re, row2["age"]) or row2["dataset"] != "range 10000000" or
+                not reason or not 0 < int(reason.group(2)) <= 600 or
+                row2["consumers"] != f"1 ({reason.group(1)})" or
+                int(after[f'clients{{{labels2}}}']) != 1 or
+                int(after[f'silent_clients{{{labels2}}}']) != 1 or
+                row2["epochs done"] != "0 / 1" or
+                row2["positions delivered"] != f"{delivered2} / {positions2}" or
+                not row2["splits done"].startswith(f"{done2} / ")):
             fail(f"job 2 row {row2}, /metrics says {after}")
-        total2 = int(row2[4].split(" / ")[1])
+        total2 = int(row2["splits done"].split(" / ")[1])
+        outstanding2 = int(row2["splits outstanding"])
         leased_now = sum(int(r[4]) for r in page.tables["workers"][1:])
-        if total2 != done2 + int(row2[7]) or leased_now > int(row2[7]):
+        if total2 != done2 + outstanding2 or leased_now > outstanding2:
             fail(f"job 2 row {row2}: splits done + outstanding != total, or workers lease "
                  f"{leased_now}")
         # Events: the workers joined, job 1 finished.

@@ -62,14 +62,17 @@ def test_bad_addresses_fail_fast_naming_the_address_and_cause(stoker_bin, tmp_pa
 
 def test_consumers_started_before_their_dispatcher_reach_it_when_it_comes_up(stoker_bin,
                                                                               tmp_path):
-    # A trainer started before the dispatcher (or while it restarts) waits for it within the
-    # connect timeout (10 s). gRPC's reconnect attempts only advance while something polls the
-    # channel: this once failed after 10 s although the dispatcher had been up for 8.
+    # A trainer started before the dispatcher (or while it restarts) and told to wait for it
+    # (--wait-for-dispatcher, STOKER_WAIT_FOR_DISPATCHER; without it a refused connection fails
+    # at once) reaches it when it comes up. gRPC's reconnect attempts only advance while
+    # something polls the channel: this once failed after 10 s although the dispatcher had been
+    # up for 8.
     port = _free_port()
     address = f"127.0.0.1:{port}"
     n = 200
     spec = write_spec(tmp_path, {"source": {"range": n}})
-    cli = Consumer(stoker_bin, address, spec, "early-cli", workdir=tmp_path)
+    cli = Consumer(stoker_bin, address, spec, "early-cli", "--wait-for-dispatcher", "30",
+                   workdir=tmp_path)
     script = textwrap.dedent(f"""
         import stoker
         served = stoker.memory_range({n}).batch(10).distribute(dispatcher="{address}",
@@ -77,8 +80,9 @@ def test_consumers_started_before_their_dispatcher_reach_it_when_it_comes_up(sto
         keys = [k for b in served for k in b["__keys__"]]
         print(len(keys), len(set(keys)), flush=True)
     """)
-    py = subprocess.Popen([PYTHON, "-c", script], env=python_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    py = subprocess.Popen([PYTHON, "-c", script],
+                          env={**python_env(), "STOKER_WAIT_FOR_DISPATCHER": "30"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)  # both have had their first attempts refused
     assert cli.proc.poll() is None and py.poll() is None, (cli.stderr(), py.stderr.read())
     with Cluster(stoker_bin, tmp_path / "cluster", port=port) as cluster:

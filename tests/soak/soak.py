@@ -259,9 +259,12 @@ class Soak:
                     argv += ["--ranks", str(ranks), "--rank", str(c)]
                 out = open(os.path.join(self.out, f"{name}.jsonl"), "wb")
                 # Pipeline.from_spec opens the manifest, so consumers get credentials too (for
-                # the server without faults: the faults are between the workers and S3).
+                # the server without faults: the faults are between the workers and S3). A
+                # consumer may open its job while the chaos loop restarts the dispatcher: it
+                # waits for it (a refused connection fails at once otherwise).
+                env = dict(self.direct_env, STOKER_WAIT_FOR_DISPATCHER="60")
                 consumers.append((job, c, name, out.name,
-                                  self.spawn(name, "consumer", argv, self.direct_env, stdout=out)))
+                                  self.spawn(name, "consumer", argv, env, stdout=out)))
         deadline = time.monotonic() + ROUND_TIMEOUT_S
         while len(os.listdir(barrier)) < len(consumers):
             if time.monotonic() > deadline or any(c[4].poll() is not None for c in consumers):

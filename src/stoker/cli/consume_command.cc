@@ -34,6 +34,8 @@ struct ConsumeOptions {
   std::string dispatcher;
   std::string spec;
   std::string job_name;
+  std::string display_name;           // empty: <user>@<host>:stoker consume
+  double wait_for_dispatcher_s = -1;  // < 0: STOKER_WAIT_FOR_DISPATCHER, else 0
   std::string sharding = "dynamic";
   std::string compression = "none";
   int requests_per_worker = 2;
@@ -111,6 +113,11 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   options.dispatcher_address = o.dispatcher;
   options.security = o.security;
   options.job_name = o.job_name;
+  options.display_name =
+      o.display_name.empty() ? service::DefaultDisplayName("stoker consume") : o.display_name;
+  if (o.wait_for_dispatcher_s >= 0)
+    options.wait_for_dispatcher =
+        std::chrono::milliseconds(static_cast<int64_t>(o.wait_for_dispatcher_s * 1000));
   options.sharding = o.sharding;
   options.compression = o.compression;
   options.requests_per_worker = o.requests_per_worker;
@@ -271,6 +278,15 @@ void RegisterConsumeCommand(CLI::App& app, absl::Status* result) {
       ->required();
   c->add_option("SPEC", consume_options.spec, "pipeline spec (JSON file)")->required();
   c->add_option("--job-name", consume_options.job_name, "share the job by name (default: new job)");
+  c->add_option("--display-name", consume_options.display_name,
+                "what operators see for the job on the status page and /metrics if it has no "
+                "--job-name (default: USER@HOST:stoker consume)");
+  c->add_option("--wait-for-dispatcher", consume_options.wait_for_dispatcher_s,
+                "SECONDS to retry a refused connection, for a dispatcher that is still starting "
+                "(default: $STOKER_WAIT_FOR_DISPATCHER, else 0: nothing listening at the address "
+                "fails at once). Once the job is open, a restarting dispatcher is always waited "
+                "for")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--sharding", consume_options.sharding,
                 "dynamic (each sample once, split by split) or off (every worker runs it all)")
       ->check(CLI::IsMember({"dynamic", "off"}));

@@ -8,11 +8,16 @@
 #include "stoker/service/client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <vector>
 
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
@@ -25,6 +30,7 @@
 #include "stoker/service/client/checkpoint.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
+#include "stoker/service/common/net_util.h"
 
 namespace stoker::service {
 namespace {
@@ -76,6 +82,53 @@ absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address)
       value > 65535)
     return bad(StrCat("port '", port, "' is not a number 1 .. 65535"));
   return std::string(a);
+}
+
+namespace {
+
+// The last part of a path ("/usr/bin/python3" -> "python3").
+std::string BaseName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+// This process's program as people know it: the script of `python3 [options] script.py`, the
+// module of `python3 -m module`, else the executable's name.
+std::string ThisProgram() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
+  if (argv.empty()) return "?";
+  const std::string exe = BaseName(argv[0]);
+  if (!exe.starts_with("python")) return exe;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-m" && i + 1 < argv.size()) return StrCat(exe, " -m ", argv[i + 1]);
+    if (a == "-c") return StrCat(exe, " -c");
+    if (a == "-W" || a == "-X") {  // options with an argument
+      ++i;
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    return BaseName(a);
+  }
+  return exe;
+}
+
+}  // namespace
+
+std::string DefaultDisplayName(std::string_view program) {
+  std::string user;
+  if (const passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_name != nullptr)
+    user = pw->pw_name;
+  if (user.empty()) {
+    const char* env = std::getenv("USER");
+    user = env != nullptr && *env != '\0' ? env : StrCat("uid", ::geteuid());
+  }
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+    std::snprintf(host, sizeof(host), "?");
+  return StrCat(user, "@", host, ":", program.empty() ? ThisProgram() : std::string(program));
 }
 
 absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
@@ -209,7 +262,33 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
                         options.sharding == "dynamic");
   req.set_cross_trainer_cache(options.cross_trainer_cache);
   req.set_on_fall_behind(options.on_fall_behind);
-  auto deadline = Clock::now() + options.connect_timeout;
+  {
+    // Cut to the dispatcher's bound without splitting a UTF-8 sequence.
+    std::string name = options.display_name.empty() ? DefaultDisplayName() : options.display_name;
+    size_t n = std::min<size_t>(name.size(), 200);
+    while (n < name.size() && n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+    name.resize(n);
+    req.set_display_name(name);
+  }
+  req.set_open_ended(options.open_ended);
+  // A refused connection is retried only this long (the dispatcher may be starting); other
+  // failures for the connect timeout.
+  std::chrono::milliseconds wait_refused{0};
+  if (options.wait_for_dispatcher) {
+    wait_refused = *options.wait_for_dispatcher;
+  } else if (const char* env = std::getenv("STOKER_WAIT_FOR_DISPATCHER");
+             env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(seconds >= 0) || seconds > 1e7)
+      return absl::InvalidArgumentError(
+          StrCat("STOKER_WAIT_FOR_DISPATCHER='", env,
+                 "' is not a number of seconds (how long a refused connection to the dispatcher "
+                 "is retried)"));
+    wait_refused = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  const auto started = Clock::now();
+  auto deadline = started + std::max(options.connect_timeout, wait_refused);
   auto backoff = std::chrono::milliseconds(50);
   // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
   // cut short by its own deadline only says that the handshake was shut down.
@@ -250,12 +329,23 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
                           s.error_message().find("shutdown") == std::string::npos))
       cause = s.error_message();
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) timed_out = true;
+    // Nothing listens at the address: waiting would not help unless the dispatcher is starting,
+    // which the caller says with wait_for_dispatcher.
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        Clock::now() + backoff > started + wait_refused && NothingListensAt(address))
+      return absl::UnavailableError(
+          StrCat("cannot reach the dispatcher at ", address,
+                 wait_refused.count() > 0 ? StrCat(" within ", Seconds(wait_refused), " s") : "",
+                 " (is it running, and is the address right?): ", cause,
+                 "; nothing listens there (to wait for a dispatcher that is still starting, set "
+                 "STOKER_WAIT_FOR_DISPATCHER=SECONDS or stoker consume --wait-for-dispatcher)"));
     if (Clock::now() + backoff > deadline)
-      return absl::UnavailableError(StrCat(
-          "cannot reach the dispatcher at ", address, " within ", Seconds(options.connect_timeout),
-          " s (is it running, and is the address right?): ", cause,
-          timed_out ? "; some attempts got no answer in time (is the dispatcher overloaded?)"
-                    : ""));
+      return absl::UnavailableError(
+          StrCat("cannot reach the dispatcher at ", address, " within ",
+                 Seconds(std::max(options.connect_timeout, wait_refused)),
+                 " s (is it running, and is the address right?): ", cause,
+                 timed_out ? "; some attempts got no answer in time (is the dispatcher overloaded?)"
+                           : ""));
     // The back-off waits on the channel, not in a sleep: a client has no gRPC server whose
     // threads would poll its sockets, so without a call or a wait in progress gRPC's reconnect
     // attempts only advance on its 5-s backup poller, and a dispatcher that came up (or back)
@@ -281,12 +371,14 @@ ServiceClient::~ServiceClient() {
     threads.swap(fetch_threads_);
   }
   for (auto& t : threads) t.join();
-  if (client_id != 0) {
+  if (job_id_ != 0) {
     // Leave at once, so that the dispatcher need not wait out the client timeout (and a job
-    // nobody reads any more ends now).
+    // nobody reads any more ends now). Without a client id yet, the registration id names a
+    // registration the dispatcher may hold, and an anonymous job nobody joined ends.
     ClientHeartbeatRequest req;
     req.set_job_id(job_id_);
     req.set_client_id(client_id);
+    if (client_id == 0) req.set_registration_id(registration_id_);
     req.set_leaving(true);
     req.set_consumer_index(options_.consumer_index);
     {

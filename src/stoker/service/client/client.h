@@ -44,8 +44,14 @@
 namespace stoker::service {
 
 struct ServiceClientOptions {
-  std::string dispatcher_address;    // HOST:PORT or grpc://HOST:PORT
-  std::string job_name;              // empty: an anonymous job of its own
+  std::string dispatcher_address;  // HOST:PORT or grpc://HOST:PORT
+  std::string job_name;            // empty: an anonymous job of its own
+  // What operators see for the job (status page, /metrics, logs) if it has no job_name; empty:
+  // DefaultDisplayName() (`<user>@<host>:<program>`). At most 200 bytes (longer is cut).
+  std::string display_name;
+  // num_epochs is only a cap: the caller reads as many epochs as it iterates (Python without
+  // num_epochs). Operators then see the epochs delivered without a planned total.
+  bool open_ended = false;
   std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
   std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
   int64_t num_epochs = 1;   // epochs of the job (a named job keeps the number it was created with)
@@ -89,8 +95,15 @@ struct ServiceClientOptions {
   // later splits (docs/protocol.md, "Deterministic order").
   int64_t reorder_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
-  // Open fails if the dispatcher cannot be reached for this long (naming the cause).
+  // Open fails if the dispatcher cannot be reached for this long (naming the cause): no answer,
+  // a name that does not resolve, a handshake cut short.
   std::chrono::milliseconds connect_timeout{10000};
+  // A refused connection (nothing listens at the address) fails Open at once (within a second),
+  // unless this is set: a trainer started before its dispatcher, or while it restarts, then
+  // retries for this long. nullopt: the environment variable STOKER_WAIT_FOR_DISPATCHER
+  // (seconds), else 0. Once the job is open, a dispatcher that goes away is waited for
+  // (dispatcher_patience) whatever this says.
+  std::optional<std::chrono::milliseconds> wait_for_dispatcher;
   // How long a dispatcher that answered before may stay unreachable before GetNext fails.
   std::chrono::milliseconds dispatcher_patience{60000};
   // With no worker registered: a log line every no_worker_log, and GetNext fails after
@@ -106,6 +119,11 @@ inline constexpr int kMaxFetchThreads = 32;
 
 // "grpc://host:port" or "host:port" -> "host:port"; an error naming the address otherwise.
 absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address);
+
+// `<user>@<host>:<program>`, what a job without a name is shown as. `program` empty: this
+// process's (the script's name for `python3 [-u ...] script.py`, `python -m module`'s module,
+// else the executable's name).
+std::string DefaultDisplayName(std::string_view program = {});
 
 struct ServiceClientStats {
   int64_t elements = 0;    // delivered

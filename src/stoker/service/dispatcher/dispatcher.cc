@@ -38,6 +38,16 @@ namespace dispatcher_internal {
 namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// The longest GetOrCreateJobRequest.display_name accepted.
+constexpr size_t kMaxDisplayName = 200;
+
+// `s` with control characters (a display name comes from the client) replaced by '?'.
+std::string Printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
 using dispatcher_internal::StopOnJournalFailure;
 using dispatcher_internal::SyncBeforeReply;
 }  // namespace
@@ -68,8 +78,8 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Start(const DispatcherOp
       if (job.clients.empty()) d->job_unconsumed_since_[id] = Clock::now();
   }
   d->service_ = NewDispatcherGrpcService(d.get(), d->security_.get());
-  ASSIGN_OR_RETURN(d->server_,
-                   GrpcServer::Start(d->service_.get(), options.port, "dispatcher", *d->security_));
+  ASSIGN_OR_RETURN(d->server_, GrpcServer::Start(d->service_.get(), options.bind_address,
+                                                 options.port, "dispatcher", *d->security_));
   d->port_ = d->server_->port();
   d->monitor_ = StartThread("dispatcher-mon", [p = d.get()] { p->MonitorPeers(); });
   d->measure_ = StartThread("dispatcher-load", [p = d.get()] { p->MeasureLoop(); });
@@ -246,6 +256,9 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
     return absl::InvalidArgumentError(
         "cross_trainer_cache needs a job_name (the trainers share the job by name), dynamic "
         "sharding and no num_consumers");
+  if (req.display_name().size() > kMaxDisplayName)
+    return absl::InvalidArgumentError(
+        StrCat("display_name of ", req.display_name().size(), " bytes; at most ", kMaxDisplayName));
   if (sharding == "off" && req.num_consumers() > 0)
     return absl::InvalidArgumentError(
         "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
@@ -321,7 +334,10 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                            {"first_epoch", req.first_epoch()},
                            {"num_consumers", req.num_consumers()},
                            {"partial_round", partial_round},
-                           {"deterministic", req.deterministic()}};
+                           {"deterministic", req.deterministic()},
+                           {"display_name", Printable(req.display_name())},
+                           {"created", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())}};
+  if (req.open_ended()) create["open_ended"] = true;
   if (req.cross_trainer_cache()) {
     create["cross_trainer_cache"] = true;
     create["on_fall_behind"] = on_fall_behind;
@@ -330,11 +346,13 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (req.resuming()) create["resume"] = std::move(resume);
   RETURN_IF_ERROR(Update(create));
   job_unconsumed_since_[id] = Clock::now();
-  SPDLOG_INFO("dispatcher: job {}{} created (sharding {}, epochs {} from {}{})", id,
-              req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), sharding, num_epochs,
-              req.first_epoch(),
-              req.num_consumers() > 0 ? StrCat(", ", req.num_consumers(), " coordinated consumers")
-                                      : std::string());
+  SPDLOG_INFO(
+      "dispatcher: job {}{} created (sharding {}, epochs {}{} from {}{}{})", id,
+      req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), sharding,
+      req.open_ended() ? "up to " : "", num_epochs, req.first_epoch(),
+      req.num_consumers() > 0 ? StrCat(", ", req.num_consumers(), " coordinated consumers")
+                              : std::string(),
+      req.display_name().empty() ? std::string() : StrCat(", by ", Printable(req.display_name())));
   resp->set_job_id(id);
   return absl::OkStatus();
 }

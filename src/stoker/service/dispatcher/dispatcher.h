@@ -43,9 +43,12 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -64,6 +67,9 @@ namespace stoker::service {
 struct DispatcherOptions {
   std::string work_dir;  // the journal lives here; empty: no journal (state is lost on exit)
   int port = 0;          // 0: any free port (see Dispatcher::port())
+  // The address it listens on (--bind): every interface by default; "127.0.0.1" serves this
+  // host only (a numeric IPv4 or IPv6 address of this host).
+  std::string bind_address = "0.0.0.0";
   std::chrono::milliseconds worker_timeout{3000};  // missed heartbeats for this long: lost
   // A consumer silent for this long is removed; a job without a live consumer for this long is
   // ended and its tasks stop on every worker (docs/protocol.md, "Job life cycle").
@@ -87,7 +93,7 @@ struct DispatcherOptions {
 
 class Dispatcher {
  public:
-  // Replays the journal, then serves on 0.0.0.0:port.
+  // Replays the journal, then serves on bind_address:port.
   static absl::StatusOr<std::unique_ptr<Dispatcher>> Start(const DispatcherOptions& options);
   ~Dispatcher();  // stops serving and joins its threads
 
@@ -140,6 +146,19 @@ class Dispatcher {
   AutoscalerLoad MeasureLoad(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
   void CollectMetrics(MetricsWriter& w);
+  // What a job reads (its spec's source: a URL, `range N`, a mix of URLs), cached by fingerprint.
+  const std::string& DatasetLabel(const std::string& fingerprint) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Consumers of a job silent for longer than a few heartbeats (a process killed or stopped):
+  // each with how long until the client timeout removes it, soonest first.
+  std::vector<std::pair<int64_t, std::chrono::steady_clock::duration>> SilentClients(
+      const DispatcherState::Job& job, std::chrono::steady_clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a running job has not ended (docs/operations.md, "Status page"): waiting for its first
+  // consumer, for a silent consumer's timeout, for a worker, or its consumers reading.
+  std::string RunningReason(const DispatcherState::Job& job,
+                            std::chrono::steady_clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps an event (level "info" or "warning", and the message as logged) for the status page;
   // the last kMaxEvents are kept.
   void RecordEvent(const char* level, std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -172,6 +191,7 @@ class Dispatcher {
   // heartbeat's held_splits). Not journaled: consumers report it every heartbeat, and after a
   // restart no split is leased again before a worker timeout has passed (they reconnect first).
   absl::flat_hash_map<int64_t, std::set<int64_t>> held_splits_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::string, std::string> dataset_labels_ ABSL_GUARDED_BY(mu_);
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);  // oldest first; not journaled

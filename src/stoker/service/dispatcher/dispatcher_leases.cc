@@ -270,7 +270,15 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       if (state_.clients().at(other).registration_id == req.registration_id()) client_id = other;
   }
   if (client_id == 0) {
-    if (req.leaving()) return absl::OkStatus();
+    if (req.leaving()) {
+      // A consumer that leaves before its first heartbeat was answered: an anonymous job is its
+      // own (nobody else can join it), so it ends now rather than after the client timeout.
+      if (job->name.empty() && job->clients.empty() && !job->ever_had_client &&
+          job->ended.empty() && job->error.empty() && !state_.JobFinished(*job))
+        RETURN_IF_ERROR(Update(
+            {{"type", "end_job"}, {"job_id", job->id}, {"reason", "its last consumer left"}}));
+      return absl::OkStatus();
+    }
     if (!job->ended.empty())
       return absl::FailedPreconditionError(
           StrCat("job ", job->id, " was ended (", job->ended, "); create a new job"));
@@ -358,16 +366,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     if (state_.workers().count(worker_id) && !job->ended_workers.count(worker_id))
       RETURN_IF_ERROR(
           Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
-  if (req.leaving()) {
-    RETURN_IF_ERROR(RemoveClient(client_id, kLeft));
-    // The last consumer left before the end: nobody will read the rest, and a rerun under the
-    // same name should start afresh rather than join a half-consumed job.
-    if (job->clients.empty() && job->ended.empty() && !state_.JobFinished(*job)) {
-      RETURN_IF_ERROR(
-          Update({{"type", "end_job"}, {"job_id", job->id}, {"reason", "its last consumer left"}}));
-    }
-    return absl::OkStatus();
-  }
+  if (req.leaving()) return RemoveClient(client_id, kLeft);
   for (const auto& [id, w] : state_.workers()) {
     // An unhealthy worker serves only the jobs it already ran; with sharding off, its stream of
     // a job it does not run counts as consumed (empty), so the job can finish without it.
@@ -421,7 +420,18 @@ absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why)
                                                "; every consumer of a coordinated job must run "
                                                "until its end")}}));
   }
-  if (job->clients.empty()) job_unconsumed_since_.try_emplace(job_id, Clock::now());
+  // The last consumer left, or was removed, before the end: nobody will read the rest (its
+  // workers would compute it for nothing until the client timeout), and a rerun under the same
+  // name should start afresh rather than join a half-consumed job. A coordinated job that failed
+  // above stays failed.
+  if (job->clients.empty() && job->ended.empty() && job->error.empty() &&
+      !state_.JobFinished(*job)) {
+    RETURN_IF_ERROR(Update(
+        {{"type", "end_job"},
+         {"job_id", job_id},
+         {"reason", why == kLeft ? std::string("its last consumer left")
+                                 : StrCat("its last consumer (client ", client_id, ") ", why)}}));
+  }
   return absl::OkStatus();
 }
 

@@ -31,6 +31,8 @@ void Dispatcher::CollectMetrics(MetricsWriter& w) {
           static_cast<double>(state_.clients().size()));
   std::map<std::string, int64_t> jobs = {
       {"running", 0}, {"finished", 0}, {"ended", 0}, {"failed", 0}};
+  const auto now = Clock::now();
+  const double now_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (const auto& [id, job] : state_.jobs()) {
     const char* s = !job.error.empty()        ? "failed"
                     : !job.ended.empty()      ? "ended"
@@ -38,18 +40,45 @@ void Dispatcher::CollectMetrics(MetricsWriter& w) {
                                               : "running";
     ++jobs[s];
     if (std::string_view(s) != "running") continue;  // series of running jobs only
-    MetricLabels j = {{"job_id", std::to_string(id)}};
+    // Labelled by id and by the name operators see (the job name, else the display name its
+    // consumer sent): series exist only while a job runs, so both stay bounded by --max-jobs.
+    MetricLabels j = {{"job_id", std::to_string(id)}, {"job_name", job.label()}};
+    MetricLabels info = j;
+    info.emplace_back("display_name", job.display_name);
+    info.emplace_back("dataset", DatasetLabel(job.fingerprint));
+    w.Write("stoker_job_info",
+            "1 for each running job, labelled with what it is: name, the display name its first "
+            "consumer sent (<user>@<host>:<program>), dataset (its spec's source)",
+            T::kGauge, info, 1);
+    if (job.created > 0)
+      w.Write("stoker_job_age_seconds", "Seconds since the job was created", T::kGauge, j,
+              std::max(0.0, now_unix - job.created));
     w.Write("stoker_job_clients", "Consumers of a running job", T::kGauge, j,
             static_cast<double>(job.clients.size()));
-    w.Write("stoker_job_positions", "Samples of all the job's epochs (0 until counted)", T::kGauge,
-            j, static_cast<double>(job.positions()));
+    w.Write("stoker_job_silent_clients",
+            "Consumers of a running job not heard from for 2 s (stopped or dead): the job waits "
+            "for their timeout",
+            T::kGauge, j, static_cast<double>(SilentClients(job, now).size()));
+    int64_t leased = 0, positions_delivered = 0;
+    for (const auto& [split_id, split] : job.splits) {
+      if (!split.done && split.worker_id != 0) ++leased;
+      if (split.done) positions_delivered += split.end - split.begin;
+    }
+    if (!job.open_ended) {  // an open-ended job's num_epochs is only a cap: no planned total
+      w.Write("stoker_job_positions",
+              "Samples of all the job's planned epochs (0 until counted; absent for open-ended "
+              "jobs)",
+              T::kGauge, j, static_cast<double>(job.positions()));
+      w.Write("stoker_job_epochs", "Epochs the job plans (absent for open-ended jobs)", T::kGauge,
+              j, static_cast<double>(job.num_epochs));
+    }
     w.Write("stoker_job_positions_handed_out", "Samples of the job handed out in splits so far",
             T::kGauge, j, static_cast<double>(job.next_sample));
+    w.Write("stoker_job_positions_delivered",
+            "Samples of the job's splits its consumers acknowledged (delivered in full)", T::kGauge,
+            j, static_cast<double>(positions_delivered));
     w.Write("stoker_job_epochs_done", "Epochs of the job delivered in full", T::kGauge, j,
             static_cast<double>(job.epochs_done() - job.first_epoch));
-    int64_t leased = 0;
-    for (const auto& [split_id, split] : job.splits)
-      if (!split.done && split.worker_id != 0) ++leased;
     for (auto [state, n] : {std::pair<const char*, int64_t>{"done", job.done_splits},
                             {"leased", leased},
                             {"pending", static_cast<int64_t>(job.pending.size())}}) {
@@ -62,6 +91,8 @@ void Dispatcher::CollectMetrics(MetricsWriter& w) {
   for (const auto& [state, n] : jobs)
     w.Write("stoker_dispatcher_jobs", "Jobs by state", T::kGauge, {{"state", state}},
             static_cast<double>(n));
+  w.Write("stoker_dispatcher_jobs_created_total", "Jobs created since the journal began",
+          T::kCounter, {}, static_cast<double>(state_.next_job_id() - 1));
   // The load of the last interval and the worker count it calls for (docs/operations.md).
   if (recommended_ >= 0)
     w.Write("stoker_dispatcher_recommended_workers",

@@ -1,6 +1,7 @@
 #include "stoker/service/dispatcher/dispatcher_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "stoker/core/status.h"
@@ -20,6 +21,12 @@ std::optional<int64_t> DispatcherState::FindJobByName(const std::string& name) c
   for (const auto& [id, job] : jobs_)
     if (job.name == name && job.ended.empty() && job.error.empty() && !JobFinished(job)) return id;
   return std::nullopt;
+}
+
+std::string DispatcherState::Job::label() const {
+  if (!name.empty()) return name;
+  if (!display_name.empty()) return display_name;
+  return StrCat("job ", id);
 }
 
 int64_t DispatcherState::Job::epochs_done(int64_t client_id) const {
@@ -213,6 +220,17 @@ absl::Status DispatcherState::Apply(const json& u) {
         job.cross_trainer_cache = u["cross_trainer_cache"].get<bool>();
       }
       ASSIGN_OR_RETURN(job.on_fall_behind, GetString(u, "on_fall_behind", "recompute"));
+      ASSIGN_OR_RETURN(job.display_name, GetString(u, "display_name", ""));
+      if (u.contains("created")) {
+        if (!u["created"].is_number() || !std::isfinite(u["created"].get<double>()) ||
+            u["created"].get<double>() < 0)
+          return Malformed(u, "'created' is not a time in seconds");
+        job.created = u["created"].get<double>();
+      }
+      if (u.contains("open_ended")) {
+        if (!u["open_ended"].is_boolean()) return Malformed(u, "'open_ended' is not a bool");
+        job.open_ended = u["open_ended"].get<bool>();
+      }
       if (job.on_fall_behind != "recompute" && job.on_fall_behind != "skip")
         return Malformed(u, "'on_fall_behind' is neither 'recompute' nor 'skip'");
       if (job.cross_trainer_cache && (job.num_consumers > 0 || job.sharding != "dynamic"))

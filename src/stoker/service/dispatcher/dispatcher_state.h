@@ -6,11 +6,15 @@
 //   register_dataset {fingerprint, spec}            a pipeline spec, keyed by its fingerprint
 //   create_job {job_id, name, fingerprint, num_samples, sharding, compression, num_epochs,
 //               first_epoch, num_consumers, partial_round, deterministic, resume?,
-//               cross_trainer_cache?, on_fall_behind?}
+//               cross_trainer_cache?, on_fall_behind?, display_name?, created?,
+//               open_ended?}
 //                                                    num_samples 0: a worker measures it;
 //                                                    resume [[begin, end, exact], ...]: only
 //                                                    these positions of the first epoch run
-//                                                    (a resumed checkpoint; needs num_samples)
+//                                                    (a resumed checkpoint; needs num_samples);
+//                                                    display_name: what operators see for an
+//                                                    unnamed job; created: Unix time in seconds;
+//                                                    open_ended: num_epochs is only a cap
 //   set_job_size {job_id, num_samples}               a worker's count of an unknown size
 //   register_worker {worker_id, address}
 //   remove_worker {worker_id}                        missed heartbeats: its leased splits that no
@@ -76,6 +80,13 @@ class DispatcherState {
   struct Job {
     int64_t id = 0;
     std::string name;  // empty: anonymous
+    // What operators see (GetOrCreateJobRequest.display_name): `<user>@<host>:<program>` of the
+    // consumer that created the job; empty in journals written before it existed.
+    std::string display_name;
+    double created = 0;       // Unix time in seconds when it was created; 0: unknown
+    bool open_ended = false;  // num_epochs is a cap, not a plan (no total shown)
+    // The name operators see: the job name, else the display name, else "job ID".
+    std::string label() const;
     std::string fingerprint;
     int64_t num_samples = 0;  // per epoch; 0 until a worker measured it (dynamic sharding)
     int64_t num_epochs = 1;

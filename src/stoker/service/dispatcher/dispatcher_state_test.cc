@@ -154,6 +154,46 @@ TEST(DispatcherState, EpochsFollowEachOtherAndSplitsStayInOne) {
                    .ok());
 }
 
+// What operators see of a job is journaled with it: its display name, creation time and whether
+// its epochs are open-ended; journals from before have none of them.
+TEST(DispatcherState, JobsKeepTheirDisplayNameAgeAndBound) {
+  DispatcherState s;
+  ASSERT_TRUE(s.Apply({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}}).ok());
+  json create = {{"type", "create_job"},    {"job_id", 1},       {"fingerprint", "f"},
+                 {"num_samples", 10},       {"num_epochs", 5},   {"display_name", "ann@h:train.py"},
+                 {"created", 1796280000.5}, {"open_ended", true}};
+  ASSERT_TRUE(s.Apply(create).ok());
+  const DispatcherState::Job* job = s.FindJob(1);
+  EXPECT_EQ(job->display_name, "ann@h:train.py");
+  EXPECT_EQ(job->label(), "ann@h:train.py");
+  EXPECT_DOUBLE_EQ(job->created, 1796280000.5);
+  EXPECT_TRUE(job->open_ended);
+  ASSERT_TRUE(s.Apply({{"type", "create_job"},
+                       {"job_id", 2},
+                       {"name", "eval"},
+                       {"fingerprint", "f"},
+                       {"num_samples", 10}})
+                  .ok());
+  EXPECT_EQ(s.FindJob(2)->label(), "eval");
+  EXPECT_EQ(s.FindJob(2)->display_name, "");
+  EXPECT_EQ(s.FindJob(2)->created, 0);
+  EXPECT_FALSE(s.FindJob(2)->open_ended);
+  ASSERT_TRUE(
+      s.Apply({{"type", "create_job"}, {"job_id", 3}, {"fingerprint", "f"}, {"num_samples", 10}})
+          .ok());
+  EXPECT_EQ(s.FindJob(3)->label(), "job 3");
+  for (auto [key, value] : {std::pair<const char*, json>{"display_name", 7},
+                            {"created", "yesterday"},
+                            {"created", -1},
+                            {"open_ended", 1}}) {
+    json bad = create;
+    bad["job_id"] = 4;
+    bad[key] = value;
+    EXPECT_FALSE(s.Apply(bad).ok()) << bad.dump();
+  }
+  EXPECT_EQ(s.FindJob(4), nullptr);
+}
+
 TEST(DispatcherState, MalformedUpdatesAreErrors) {
   DispatcherState s;
   EXPECT_FALSE(s.Apply(json::array()).ok());

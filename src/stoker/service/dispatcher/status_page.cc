@@ -1,11 +1,14 @@
 // Dispatcher::StatusPage: the HTML status page served at `/` (docs/operations.md, "Status page").
 // It reads the same state as the /metrics collector, under the dispatcher's mutex.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -30,7 +33,7 @@ constexpr char kStyle[] =
     "th,td{border:1px solid #bbb;padding:2px 8px;text-align:left}"
     "th{background:#eee}td.n{text-align:right}"
     ".unhealthy,.silent,.failed,.warning{color:#b00;font-weight:bold}"
-    ".finished{color:#070}";
+    ".finished{color:#070}.reason{color:#555}";
 
 // `x` with `digits` decimals ("inf" for infinity).
 std::string Fixed(double x, int digits) {
@@ -38,7 +41,128 @@ std::string Fixed(double x, int digits) {
   return absl::StrFormat("%.*f", digits, x);
 }
 
+// A duration for people: "42 s", "5 min 3 s", "2 h 14 min", "3 d 4 h".
+std::string Age(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
+  if (s < 60) return StrCat(s, " s");
+  if (s < 3600) return StrCat(s / 60, " min ", s % 60, " s");
+  if (s < 86400) return StrCat(s / 3600, " h ", s % 3600 / 60, " min");
+  return StrCat(s / 86400, " d ", s % 86400 / 3600, " h");
+}
+
+// Whole seconds left of a duration, rounded up ("12").
+int64_t SecondsLeft(std::chrono::steady_clock::duration d) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  return std::max<int64_t>(0, (ms + 999) / 1000);
+}
+
+// One source object of a spec as a short text: its URL (the first of several, with how many
+// more), `range N`, `memory NAME`, or its kind.
+std::string DescribeSourceObject(const nlohmann::json& source) {
+  if (!source.is_object() || source.empty()) return "?";
+  if (auto mix = source.find("mix"); mix != source.end() && mix->is_array()) {
+    std::string out = "mix of ";
+    size_t shown = 0;
+    for (const auto& stream : *mix) {
+      if (shown == 2) return StrCat(out, " (+", mix->size() - shown, " more)");
+      out += StrCat(shown > 0 ? ", " : "", DescribeSourceObject(stream));
+      ++shown;
+    }
+    return out;
+  }
+  for (const char* kind : {"dataset", "tfrecord", "tar", "range", "memory"}) {
+    auto it = source.find(kind);
+    if (it == source.end()) continue;
+    if (it->is_string()) {
+      return std::string(kind) == "memory" ? StrCat("memory ", it->get<std::string>())
+                                           : it->get<std::string>();
+    }
+    if (it->is_number_integer()) return StrCat(kind, " ", it->dump());
+    if (it->is_array() && !it->empty() && (*it)[0].is_string())
+      return it->size() == 1 ? (*it)[0].get<std::string>()
+                             : StrCat((*it)[0].get<std::string>(), " (+", it->size() - 1, " more)");
+    return kind;
+  }
+  return source.begin().key();
+}
+
 }  // namespace
+
+const std::string& Dispatcher::DatasetLabel(const std::string& fingerprint) const {
+  auto [it, inserted] = dataset_labels_.try_emplace(fingerprint);
+  if (!inserted) return it->second;
+  auto spec = state_.datasets().find(fingerprint);
+  nlohmann::json j = spec == state_.datasets().end()
+                         ? nlohmann::json()
+                         : nlohmann::json::parse(spec->second, nullptr, /*allow_exceptions=*/false);
+  std::string label =
+      j.is_object() && j.contains("source") ? DescribeSourceObject(j["source"]) : "?";
+  constexpr size_t kMax = 160;  // a label, not the spec
+  if (label.size() > kMax) {
+    size_t n = kMax;
+    while (n > 0 && (static_cast<unsigned char>(label[n]) & 0xC0) == 0x80) --n;
+    label = label.substr(0, n) + "...";
+  }
+  it->second = std::move(label);
+  return it->second;
+}
+
+std::vector<std::pair<int64_t, std::chrono::steady_clock::duration>> Dispatcher::SilentClients(
+    const DispatcherState::Job& job, std::chrono::steady_clock::time_point now) const {
+  // Consumers heartbeat every 200 ms by default (at most a few seconds apart, however busy): one
+  // not heard for 2 s (or half the timeout, if that is shorter) has stopped or died.
+  const auto silent_after = std::min<std::chrono::steady_clock::duration>(
+      std::chrono::seconds(2), options_.client_timeout / 2);
+  std::vector<std::pair<int64_t, std::chrono::steady_clock::duration>> silent;
+  for (int64_t c : job.clients) {
+    auto seen = client_seen_.find(c);
+    if (seen == client_seen_.end() || now - seen->second <= silent_after) continue;
+    silent.emplace_back(c, options_.client_timeout - (now - seen->second));
+  }
+  std::sort(silent.begin(), silent.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  return silent;
+}
+
+std::string Dispatcher::RunningReason(const DispatcherState::Job& job,
+                                      std::chrono::steady_clock::time_point now) const {
+  if (job.clients.empty()) {
+    auto since = job_unconsumed_since_.find(job.id);
+    const auto left = options_.client_timeout - (since == job_unconsumed_since_.end()
+                                                     ? std::chrono::steady_clock::duration()
+                                                     : now - since->second);
+    return StrCat(job.ever_had_client ? "no consumer" : "waiting for its first consumer",
+                  " (ended in ", SecondsLeft(left), " s unless one joins)");
+  }
+  const auto silent = SilentClients(job, now);
+  std::string reason;
+  if (!silent.empty()) {
+    // The job ends (or, coordinated, fails) when the last silent consumer's timeout removes it
+    // and no consumer is left; name the one waited for longest.
+    const auto& [client, left] = silent.back();
+    const bool all = silent.size() == job.clients.size();
+    std::string who = StrCat("consumer ", client);
+    if (job.num_consumers > 0) {
+      auto c = state_.clients().find(client);
+      if (c != state_.clients().end()) who += StrCat(" (index ", c->second.consumer_index, ")");
+    }
+    reason = StrCat(all ? "no consumer is reading: " : "", "waiting for ", who, "'s timeout (",
+                    SecondsLeft(left), " s left)",
+                    silent.size() > 1 ? StrCat(" and ", silent.size() - 1, " more silent") : "",
+                    job.num_consumers > 0 ? "; the coordinated job then fails" : "");
+    if (all) return reason;
+  }
+  std::string main;
+  if (state_.workers().empty()) {
+    main = "waiting for a worker (none registered)";
+  } else if (job.sharding == "dynamic" && job.num_samples == 0) {
+    main = "waiting for a worker to count its samples";
+  } else {
+    const size_t reading = job.clients.size() - silent.size();
+    main = StrCat(reading, reading == 1 ? " consumer reading" : " consumers reading");
+  }
+  return reason.empty() ? main : StrCat(main, "; ", reason);
+}
 
 std::string Dispatcher::StatusPage() const {
   constexpr size_t kMaxJobs = 50;  // the newest; older ones are in the journal and the logs
@@ -98,10 +222,12 @@ std::string Dispatcher::StatusPage() const {
                  "</p>\n");
 
   // Jobs, newest first.
-  page += StrCat("<h2>Jobs (", state_.jobs().size(), ")</h2>\n<table id=\"jobs\">\n",
-                 Row({"id", "name", "state", "consumers", "splits done", "positions done",
-                      "epochs done", "splits outstanding", "elements/s", "stall ratio"},
-                     "th"));
+  page += StrCat(
+      "<h2>Jobs (", state_.jobs().size(), ")</h2>\n<table id=\"jobs\">\n",
+      Row({"id", "name", "created by", "age", "dataset", "state", "consumers", "epochs done",
+           "positions delivered", "splits done", "splits outstanding", "elements/s", "stall ratio"},
+          "th"));
+  const double now_unix = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   size_t listed = 0;
   for (auto it = state_.jobs().rbegin(); it != state_.jobs().rend() && listed < kMaxJobs;
        ++it, ++listed) {
@@ -113,6 +239,9 @@ std::string Dispatcher::StatusPage() const {
     std::string state = StrCat("<span class=\"", s, "\">", s, "</span>");
     if (!job.error.empty()) state += StrCat(": ", EscapeMarkup(job.error));
     if (!job.ended.empty()) state += StrCat(": ", EscapeMarkup(job.ended));
+    if (std::string_view(s) == "running")
+      state +=
+          StrCat(": <span class=\"reason\">", EscapeMarkup(RunningReason(job, now)), "</span>");
     int64_t positions_done = 0, outstanding = static_cast<int64_t>(job.pending.size());
     for (const auto& [split_id, split] : job.splits) {
       if (split.done)
@@ -121,12 +250,33 @@ std::string Dispatcher::StatusPage() const {
         ++outstanding;
     }
     auto jr = job_rates_.find(job.id);
-    std::string total = job.num_samples > 0 ? std::to_string(job.positions()) : "?";
+    // What was read, and the planned total only where the job has one (not an open-ended job,
+    // whose num_epochs is only a cap).
+    std::string epochs = std::to_string(job.epochs_done() - job.first_epoch);
+    std::string positions = std::to_string(positions_done);
+    if (!job.open_ended) {
+      epochs += StrCat(" / ", job.num_epochs);
+      positions += StrCat(" / ", job.num_samples > 0 ? std::to_string(job.positions()) : "?");
+    }
+    if (job.first_epoch > 0) epochs += StrCat(" (from epoch ", job.first_epoch, ")");
+    std::string consumers = std::to_string(job.clients.size());
+    if (!job.clients.empty()) {
+      consumers += " (";
+      size_t n = 0;
+      for (int64_t c : job.clients) {
+        if (n == 8) {
+          consumers += ", ...";
+          break;
+        }
+        consumers += StrCat(n++ > 0 ? ", " : "", c);
+      }
+      consumers += ")";
+    }
     page += StrCat(Row(
-        {std::to_string(job.id), EscapeMarkup(job.name), state, std::to_string(job.clients.size()),
-         StrCat(job.done_splits, " / ", job.splits.size()), StrCat(positions_done, " / ", total),
-         StrCat(job.epochs_done() - job.first_epoch, " / ", job.num_epochs),
-         std::to_string(outstanding),
+        {std::to_string(job.id), EscapeMarkup(job.label()), EscapeMarkup(job.display_name),
+         job.created > 0 ? Age(now_unix - job.created) : std::string("?"),
+         EscapeMarkup(DatasetLabel(job.fingerprint)), state, consumers, epochs, positions,
+         StrCat(job.done_splits, " / ", job.splits.size()), std::to_string(outstanding),
          jr == job_rates_.end() ? "-" : Fixed(jr->second.elements_per_second, 1),
          jr == job_rates_.end() || jr->second.stall_ratio < 0 ? "-"
                                                               : Fixed(jr->second.stall_ratio, 2)}));
