@@ -315,9 +315,13 @@ def killed_consumer(work, servers, dispatcher, http, spec, jobs):
     p.wait()
     killed = time.monotonic()
     # While its timeout runs: running, and the page says why.
+    def row():  # job `jobs`'s row of the page
+        m = re.search(rf"<tr><td>{jobs}</td>.*?</tr>", http_get(http, "/")[1])
+        return m.group(0) if m else ""
+
     m = wait_for(lambda: re.search(
         r"running</span>: <span class=\"reason\">(no consumer is reading: waiting for consumer "
-        r"(\d+)&#39;s timeout \((\d+) s left\))</span>", http_get(http, "/")[1]),
+        r"(\d+)&#39;s timeout \((\d+) s left\))</span>", row()),
         "the page's reason for the killed consumer's job", timeout=CLIENT_TIMEOUT_S)
     reason, client, left = m.group(1), m.group(2), int(m.group(3))
     if not 0 < left <= CLIENT_TIMEOUT_S:
