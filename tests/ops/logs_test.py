@@ -61,8 +61,9 @@ def main():
         with open(spec, "w") as f:
             json.dump({"source": {"range": samples}, "ops": [{"op": "batch", "size": 1000}]}, f)
         consumer = start("consume1", [STOKER, "consume", "--dispatcher", dispatcher, spec,
-                                      "--print-keys"])
-        wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="1",state="done"}') or 0) >= 1,
+                                      "--print-keys", "--display-name", "logs-job1"])
+        wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="1",job_name="logs-job1",'
+                                       'state="done"}') or 0) >= 1,
                  "a split of job 1 delivered")
         consumer.send_signal(signal.SIGSTOP)
         # The worker to kill is one the status page shows holding a split (under load a worker
