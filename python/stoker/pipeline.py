@@ -494,7 +494,9 @@ class DistributedPipeline:
                 "prefetch_mb": self.prefetch_mb, "shared_memory": bool(self.shared_memory),
                 # The job's name on the status page and /metrics (issue 24); a binding without
                 # the key ignores it.
-                "display_name": _display_name()})
+                "display_name": _display_name(),
+                # No num_epochs given: the status page shows the epochs read, not a bound.
+                "open_ended": self.num_epochs is None})
             self._consumer, self._consumer_key = c, key
             if first < epoch and not c.advance_epoch():
                 raise ValueError(f"epoch {epoch}: the job has no epoch after {first}")
