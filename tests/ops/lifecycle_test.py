@@ -131,13 +131,19 @@ def refusal(work, spec):
             except stoker.StokerError as e:
                 print(f"{{time.monotonic() - start:.3f}} {{e}}")
         """)
-        r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
-                           env={**python_env(), **env})
-        m = re.match(r"([0-9.]+) (.*)", r.stdout, re.S)
-        if r.returncode != 0 or not m:
-            fail(f"python distribute of a closed port: rc {r.returncode}: {r.stdout}{r.stderr}")
-        seconds, message = float(m.group(1)), m.group(2)
-        print(f"refused: python distribute failed after {seconds:.3f} s")
+        # The least of 3 tries, as for the CLI: one try can be stalled by a loaded machine.
+        tries = []
+        for _ in range(3):
+            r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
+                               env={**python_env(), **env})
+            m = re.match(r"([0-9.]+) (.*)", r.stdout, re.S)
+            if r.returncode != 0 or not m:
+                fail(f"python distribute of a closed port: rc {r.returncode}: "
+                     f"{r.stdout}{r.stderr}")
+            tries.append((float(m.group(1)), m.group(2)))
+        seconds, message = min(tries)
+        print(f"refused: python distribute failed after {seconds:.3f} s (tries "
+              f"{[round(t, 3) for t, _ in tries]})")
         if seconds > 1.0 or want not in message or "onnection refused" not in message:
             fail(f"python distribute of a closed port: after {seconds:.3f} s: {message}")
     # A consumer told to wait for its dispatcher reads its job once one comes up on that port.
@@ -354,35 +360,48 @@ def killed_consumer(work, servers, dispatcher, http, spec, jobs):
 
 
 def drains(work, servers, spec):
-    # Idle: a worker with no job, stopped with its dispatcher.
+    # Idle: a worker with no job, stopped with its dispatcher. Busy: its buffers hold elements for
+    # a consumer that stopped reading. A case over the bound is measured once more (a fresh
+    # dispatcher and worker) before it fails: one run can be stalled by a loaded machine, while a
+    # worker that really waits for its dead dispatcher (10 s) fails both.
     for case in ("idle", "busy"):
-        d, dispatcher, http = servers.dispatcher(f"drain-dispatcher-{case}")
-        w = servers.worker(f"drain-worker-{case}", dispatcher, "--buffer-bytes", "64K")
-        consumer = None
-        if case == "busy":  # its buffers hold elements for a consumer that stopped reading
-            consumer = servers.start("drain-consumer", [STOKER, "consume", "--dispatcher",
-                                                        dispatcher, spec])
-            wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="1",job_name="'
-                                           f'{USER_HOST}:stoker consume",state="done"}}') or 0) >= 1,
-                     "a split delivered", timeout=60)
-            consumer.send_signal(signal.SIGSTOP)
-            time.sleep(1)  # the worker fills its buffer
-        start = time.monotonic()
-        d.send_signal(signal.SIGTERM)
-        w.send_signal(signal.SIGTERM)
-        rc = w.wait(timeout=30)
-        took = time.monotonic() - start
-        d.wait(timeout=30)
-        if consumer is not None:
-            consumer.send_signal(signal.SIGCONT)
-            consumer.kill()
-            consumer.wait()
-        err = servers.err(f"drain-worker-{case}")
-        if rc != 0:
-            fail(f"the {case} worker exited with {rc}: {err}")
-        print(f"drain: {case} worker stopped with its dispatcher exited in {took:.2f} s")
-        if took > 2.0:
-            fail(f"the {case} worker took {took:.2f} s to drain and exit (> 2 s): {err}")
+        for attempt in (1, 2):
+            took, err = drain_once(servers, spec, f"{case}-{attempt}", busy=case == "busy")
+            print(f"drain: {case} worker stopped with its dispatcher exited in {took:.2f} s "
+                  f"(attempt {attempt})")
+            if took <= 2.0:
+                break
+            if attempt == 2:
+                fail(f"the {case} worker took {took:.2f} s to drain and exit (> 2 s), twice: {err}")
+
+
+def drain_once(servers, spec, name, busy):
+    """Seconds from SIGTERM to a worker stopped together with its dispatcher, and its stderr."""
+    d, dispatcher, http = servers.dispatcher(f"drain-dispatcher-{name}")
+    w = servers.worker(f"drain-worker-{name}", dispatcher, "--buffer-bytes", "64K")
+    consumer = None
+    if busy:
+        consumer = servers.start(f"drain-consumer-{name}", [STOKER, "consume", "--dispatcher",
+                                                            dispatcher, spec])
+        wait_for(lambda: (metric(http, 'stoker_job_splits{job_id="1",job_name="'
+                                       f'{USER_HOST}:stoker consume",state="done"}}') or 0) >= 1,
+                 "a split delivered", timeout=60)
+        consumer.send_signal(signal.SIGSTOP)
+        time.sleep(1)  # the worker fills its buffer
+    start = time.monotonic()
+    d.send_signal(signal.SIGTERM)
+    w.send_signal(signal.SIGTERM)
+    rc = w.wait(timeout=30)
+    took = time.monotonic() - start
+    d.wait(timeout=30)
+    if consumer is not None:
+        consumer.send_signal(signal.SIGCONT)
+        consumer.kill()
+        consumer.wait()
+    err = servers.err(f"drain-worker-{name}")
+    if rc != 0:
+        fail(f"the {name} worker exited with {rc}: {err}")
+    return took, err
 
 
 def main():
