@@ -477,13 +477,15 @@ def test_abandoned_jobs_are_collected_and_workers_give_memory_back(shards, stoke
                 time.sleep(0.2)  # polling a log file
             return sorted(set(re.findall(r"job (\d+) ended", cluster.log())), key=int)
 
-        # Warm-up: one whole job and 4 abandoned ones, so that what a worker keeps after its first
-        # jobs (code, pools, malloc's arenas) is in the baseline.
+        # Warm-up: one whole job and a wave of 5 abandoned ones, as many at once as each measured
+        # wave, so that what a worker keeps after its first jobs (code, pools, the high-water mark
+        # of malloc's arenas for 5 concurrent jobs) is in the baseline. (A warm-up of 4 left the
+        # baseline below what 5 concurrent jobs fragment: under load, 75-79% came back.)
         r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, spec],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        abandon(4, 0)
-        assert len(wait_until_ended(4)) == 4
+        abandon(5, 0)
+        assert len(wait_until_ended(5)) == 5
         time.sleep(1)
         baseline = [rss_bytes(w.pid) for w in cluster.workers]
         # 20 consumers take one batch and go (in waves of 5): 10 exit, 10 are killed.
@@ -494,14 +496,17 @@ def test_abandoned_jobs_are_collected_and_workers_give_memory_back(shards, stoke
             peak = [max(a, rss_bytes(w.pid)) for a, w in zip(peak, cluster.workers)]
         assert max(b - a for a, b in zip(baseline, peak)) > 16 << 20, "the jobs held no buffers"
         # After the client timeout every job is ended, and the workers' memory is back.
-        ended = wait_until_ended(24)
-        assert len(ended) == 24, (ended, cluster.log()[-3000:])
-        # "Back": within 10% of the baseline, or at least 80% of what the jobs took returned.
-        # malloc keeps some fragmented pages after many concurrent reads (read-ahead keeps up to
-        # 16 in flight per job): one full ctest run measured a worker at 45.8 MB after 38.9 MB
-        # before and a 96.2 MB peak (88% returned); a leak of the jobs' buffers returns nothing.
+        ended = wait_until_ended(25)
+        assert len(ended) == 25, (ended, cluster.log()[-3000:])
+        # "Back": within 10% of the baseline, or at least 80% of what the jobs took returned, or
+        # less than half of what one job may buffer (16 of --buffer-bytes' 32 MiB) left over after
+        # all 25. malloc keeps fragmented pages after many concurrent reads (read-ahead keeps up to
+        # 16 in flight per job), more the more jobs overlapped: under load, waves overlap and
+        # 6.7-10 MB stayed (74-81% returned; malloc_trim(0) from gdb gave none of it back, and 40
+        # jobs in a row grow a worker by 0.06 MB a job). A leak of the jobs' buffers returns
+        # nothing; one of even 0.7 MB a job passes none of the three bounds.
         def back(n, b, p):
-            return n <= max(b * 1.1, b + 0.2 * (p - b))
+            return n <= max(b * 1.1, b + 0.2 * (p - b), b + (16 << 20))
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             now = [rss_bytes(w.pid) for w in cluster.workers]
