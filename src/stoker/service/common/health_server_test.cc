@@ -1,27 +1,24 @@
 #include "stoker/service/common/health_server.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "stoker/core/metrics.h"
 #include "stoker/core/strings.h"
+#include "stoker/testing/loopback.h"
 
 namespace stoker::service {
 namespace {
 
 int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  int fd = testing::ConnectToLoopback(port);
+  EXPECT_GE(fd, 0) << "connect to 127.0.0.1:" << port << ": " << strerror(errno);
   return fd;
 }
 

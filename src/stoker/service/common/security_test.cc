@@ -7,7 +7,6 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "stoker/service/common/grpc_util.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 #include "stoker/service/worker/worker.h"
+#include "stoker/testing/loopback.h"
 #include "stoker/testing/subprocess.h"
 
 namespace stoker::service {
@@ -41,15 +41,12 @@ TEST(Security, ConstantTimeEquals) {
 class ClosingServer {
  public:
   explicit ClosingServer(int connections) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(::listen(fd_, 4), 0);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    address_ = StrCat("127.0.0.1:", ntohs(addr.sin_port));
+    auto listener = testing::ListenOnLoopback(0, 4);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    if (listener.ok()) {
+      fd_ = listener->fd;
+      address_ = StrCat("127.0.0.1:", listener->port);
+    }
     thread_ = std::thread([this, connections] {
       for (int i = 0; i < connections; ++i) {
         int c = ::accept(fd_, nullptr, nullptr);

@@ -1,8 +1,6 @@
 #include "stoker/service/dispatcher/worker_actuator.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "stoker/testing/loopback.h"
 #include "stoker/testing/subprocess.h"
 
 namespace stoker::service {
@@ -23,15 +22,12 @@ namespace {
 class OneRequestServer {
  public:
   OneRequestServer(int status, std::string body) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(::listen(fd_, 1), 0);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    auto listener = testing::ListenOnLoopback(0, 1);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    if (listener.ok()) {
+      fd_ = listener->fd;
+      port_ = listener->port;
+    }
     thread_ = std::thread([this, status, body] { Serve(status, body); });
   }
   ~OneRequestServer() {
