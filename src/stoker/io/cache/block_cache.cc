@@ -57,16 +57,19 @@ BlockCache::~BlockCache() {
   disk_writer_.reset();  // runs the queued writes, then joins
 }
 
+BlockCache::Handle BlockCache::PinIfCachedLocked(const BlockKey& key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return Handle();
+  ++stats_.hits;
+  lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
+  ++(*it->second)->pins;
+  return Handle(this, *it->second);
+}
+
 BlockCache::Handle BlockCache::Lookup(const BlockKey& key) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = map_.find(key);
-    if (it != map_.end()) {
-      ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      ++(*it->second)->pins;
-      return Handle(this, *it->second);
-    }
+    if (Handle handle = PinIfCachedLocked(key)) return handle;
   }
   if (disk_ != nullptr) {
     if (std::optional<Buffer> data = disk_->Read(key)) {
@@ -94,14 +97,7 @@ BlockCache::Handle BlockCache::Insert(const BlockKey& key, Buffer block) {
 BlockCache::Outcome BlockCache::LookupOrFetch(const BlockKey& key, Handle* hit, Waiter waiter) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = map_.find(key);
-    if (it != map_.end()) {
-      ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      ++(*it->second)->pins;
-      *hit = Handle(this, *it->second);
-      return Outcome::kHit;
-    }
+    if ((*hit = PinIfCachedLocked(key))) return Outcome::kHit;
     auto pending = pending_.find(key);
     if (pending != pending_.end()) {
       ++stats_.joined;

@@ -137,6 +137,9 @@ class BlockCache {
 
  private:
   BlockCache(uint64_t memory_bytes, std::unique_ptr<DiskTier> disk);
+  // A RAM hit: the block pinned and made most recently used, counted as a hit; empty otherwise
+  // (nothing counted).
+  Handle PinIfCachedLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts under the lock; returns a pinned handle.
   Handle InsertLocked(const BlockKey& key, Buffer block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -161,16 +161,10 @@ std::optional<Buffer> DiskTier::Read(const BlockKey& key) {
   if (!valid) {
     // Missing (deleted by another process), damaged, or another block's file under a colliding
     // name: forget it so the block is fetched again and rewritten.
-    bool forget = false;
+    bool forget;
     {
       absl::MutexLock lock(&mu_);
-      auto it = files_.find(name);
-      if (it != files_.end()) {
-        bytes_ -= it->second.size;
-        lru_.erase(it->second.lru);
-        files_.erase(it);
-        forget = true;
-      }
+      forget = ForgetLocked(name);
     }
     if (forget) ::unlink(path.c_str());
     return std::nullopt;
@@ -219,12 +213,7 @@ absl::Status DiskTier::Write(const BlockKey& key, const Buffer& data) {
   std::vector<std::string> to_delete;
   {
     absl::MutexLock lock(&mu_);
-    auto it = files_.find(name);
-    if (it != files_.end()) {
-      bytes_ -= it->second.size;
-      lru_.erase(it->second.lru);
-      files_.erase(it);
-    }
+    ForgetLocked(name);  // the file the rename replaced
     lru_.push_front(name);
     files_[name] = File{size, lru_.begin()};
     bytes_ += size;
@@ -232,6 +221,15 @@ absl::Status DiskTier::Write(const BlockKey& key, const Buffer& data) {
   }
   for (const std::string& victim : to_delete) ::unlink(victim.c_str());
   return absl::OkStatus();
+}
+
+bool DiskTier::ForgetLocked(const std::string& name) {
+  auto it = files_.find(name);
+  if (it == files_.end()) return false;
+  bytes_ -= it->second.size;
+  lru_.erase(it->second.lru);
+  files_.erase(it);
+  return true;
 }
 
 void DiskTier::EvictLocked(std::vector<std::string>* to_delete) {

@@ -56,6 +56,8 @@ class DiskTier {
   DiskTier(std::string dir, uint64_t budget) : dir_(std::move(dir)), budget_(budget) {}
   std::string FileName(const BlockKey& key) const;
   void EvictLocked(std::vector<std::string>* to_delete) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `name` from the index and the byte count (not the file); false if it was not there.
+  bool ForgetLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct File {
     uint64_t size = 0;
