@@ -337,7 +337,9 @@ TEST_P(StoreConformanceTest, AnOverwrittenObjectReadsAsItsNewContent) {
   auto after = store().Stat(Key("obj"));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->size, second.size());
-  if (!before->etag.empty()) EXPECT_NE(after->etag, before->etag);
+  if (!before->etag.empty()) {
+    EXPECT_NE(after->etag, before->etag);
+  }
   auto got = store().Read(Key("obj"));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->view() == second);
