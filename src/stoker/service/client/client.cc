@@ -131,9 +131,10 @@ std::string DefaultDisplayName(std::string_view program) {
   return StrCat(user, "@", host, ":", program.empty() ? ThisProgram() : std::string(program));
 }
 
-absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
-    const ServiceClientOptions& options, const std::string& spec_json) {
-  ASSIGN_OR_RETURN(std::string address, NormalizeDispatcherAddress(options.dispatcher_address));
+namespace {
+
+// What the options say of themselves (before anything is sent).
+absl::Status CheckOptions(const ServiceClientOptions& options) {
   if (options.sharding != "dynamic" && options.sharding != "off")
     return absl::InvalidArgumentError(
         StrCat("unknown sharding '", options.sharding, "': use 'dynamic' or 'off'"));
@@ -147,69 +148,118 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
                                              " is not 0 .. num_consumers - 1 (num_consumers ",
                                              options.num_consumers, ")"));
   if (options.first_epoch < 0) return absl::InvalidArgumentError("first_epoch must be >= 0");
-  // Parsed and fingerprinted only: building the pipeline would open its data, which only the
-  // workers need to reach (they report a spec they cannot run as the job's error).
-  nlohmann::json full_spec = nlohmann::json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  if (full_spec.is_discarded() || !full_spec.is_object())
-    return absl::InvalidArgumentError("the pipeline spec is not a JSON object");
-  // The workers get the spec without a trailing to_device, which this client applies to what it
-  // receives (a build without CUDA refuses the op here).
-  const data::DeviceSplit split = data::SplitDeviceOp(full_spec);
-  std::unique_ptr<data::DeviceStage> device_stage;
-  if (!split.device_op.is_null()) {
-    data::ParamReader p(split.device_op, data::IndexPath("$.ops", split.op_index),
-                        "op 'to_device'");
-    p.String("op");
-    data::ToDeviceOptions device_options = data::ParseToDeviceOptions(p);
-    RETURN_IF_ERROR(p.Finish());
-    // The op's seed as the in-process pipeline derives it (pipeline seed, op index).
-    const json& seed = full_spec.value("seed", json(0));
-    const uint64_t op_seed = data::MixSeed(
-        {seed.is_number_integer() ? seed.get<uint64_t>() : 0, uint64_t{split.op_index}});
-    auto stage = data::DeviceStage::Create(device_options, op_seed);
-    if (!stage.ok()) return Annotate(stage.status(), "to_device at the service consumer");
-    device_stage = *std::move(stage);
-  }
-  const nlohmann::json spec = split.device_op.is_null() ? full_spec : split.host_spec;
-  const std::string fingerprint = data::Pipeline::Fingerprint(spec);
-  int64_t first_epoch = options.first_epoch;
-  int64_t num_epochs = std::max<int64_t>(1, options.num_epochs);
-  std::optional<ServiceCheckpoint> token;
-  if (!options.resume.empty()) {
-    ASSIGN_OR_RETURN(token, ParseServiceCheckpoint(options.resume));
-    if (options.sharding != "dynamic")
-      return absl::FailedPreconditionError("resuming from a checkpoint needs dynamic sharding");
-    if (options.num_consumers > 0 && PositionBatch(spec) == 0)
-      return absl::FailedPreconditionError(
-          "resuming a coordinated job needs a spec whose batches are consecutive samples "
-          "(per-sample ops and one batch op: no filter, bucket_by_length, take, skip or repeat)");
-    if (token->fingerprint != fingerprint) {
-      const std::string diff =
-          token->spec.is_null() ? std::string() : DescribeSpecDifference(token->spec, spec);
-      return absl::InvalidArgumentError(
-          StrCat("the checkpoint belongs to another pipeline", diff.empty() ? "" : ": ", diff,
-                 " (fingerprint ", token->fingerprint, ", this spec's ", fingerprint,
-                 "); resume with the spec it was taken with (same source, mix, ops, seed and batch "
-                 "size), or start afresh without the checkpoint"));
-    }
-    if (token->epoch < first_epoch || token->epoch >= first_epoch + num_epochs)
-      return absl::InvalidArgumentError(StrCat("the checkpoint is at epoch ", token->epoch,
-                                               ", outside the job's epochs ", first_epoch, " .. ",
-                                               first_epoch + num_epochs - 1));
-    num_epochs -= token->epoch - first_epoch;
-    first_epoch = token->epoch;
-  }
   if (options.cross_trainer_cache &&
       (options.job_name.empty() || options.trainer_id.empty() || !options.resume.empty()))
     return absl::InvalidArgumentError(
         "a cross-trainer cache needs a job_name (shared by the trainers) and a trainer_id for "
         "each trainer, and cannot resume from a checkpoint (a trainer joining the running job "
         "reads it from its start)");
+  return absl::OkStatus();
+}
+
+// The trainer's spec split in two: what the workers run, and a trailing to_device, which this
+// client applies to what it receives (a build without CUDA refuses the op here). Parsed only:
+// building the pipeline would open its data, which only the workers need to reach (they report a
+// spec they cannot run as the job's error).
+struct SplitSpec {
+  json workers_spec;
+  std::unique_ptr<data::DeviceStage> device_stage;  // null without to_device
+};
+absl::StatusOr<SplitSpec> SplitOffDeviceStage(const std::string& spec_json) {
+  json full_spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
+  if (full_spec.is_discarded() || !full_spec.is_object())
+    return absl::InvalidArgumentError("the pipeline spec is not a JSON object");
+  const data::DeviceSplit split = data::SplitDeviceOp(full_spec);
+  if (split.device_op.is_null()) return SplitSpec{std::move(full_spec), nullptr};
+  data::ParamReader p(split.device_op, data::IndexPath("$.ops", split.op_index), "op 'to_device'");
+  p.String("op");
+  data::ToDeviceOptions device_options = data::ParseToDeviceOptions(p);
+  RETURN_IF_ERROR(p.Finish());
+  // The op's seed as the in-process pipeline derives it (pipeline seed, op index).
+  const json& seed = full_spec.value("seed", json(0));
+  const uint64_t op_seed = data::MixSeed(
+      {seed.is_number_integer() ? seed.get<uint64_t>() : 0, uint64_t{split.op_index}});
+  auto stage = data::DeviceStage::Create(device_options, op_seed);
+  if (!stage.ok()) return Annotate(stage.status(), "to_device at the service consumer");
+  return SplitSpec{split.host_spec, *std::move(stage)};
+}
+
+// options.resume's token, checked against the spec the workers run (`fingerprint` its
+// fingerprint); `epochs` narrowed to the token's epoch and those after it. nullopt without one.
+absl::StatusOr<std::optional<ServiceCheckpoint>> CheckResume(const ServiceClientOptions& options,
+                                                             const json& spec,
+                                                             const std::string& fingerprint,
+                                                             int64_t* first_epoch,
+                                                             int64_t* num_epochs) {
+  if (options.resume.empty()) return std::nullopt;
+  ASSIGN_OR_RETURN(ServiceCheckpoint token, ParseServiceCheckpoint(options.resume));
+  if (options.sharding != "dynamic")
+    return absl::FailedPreconditionError("resuming from a checkpoint needs dynamic sharding");
+  if (options.num_consumers > 0 && PositionBatch(spec) == 0)
+    return absl::FailedPreconditionError(
+        "resuming a coordinated job needs a spec whose batches are consecutive samples "
+        "(per-sample ops and one batch op: no filter, bucket_by_length, take, skip or repeat)");
+  if (token.fingerprint != fingerprint) {
+    const std::string diff =
+        token.spec.is_null() ? std::string() : DescribeSpecDifference(token.spec, spec);
+    return absl::InvalidArgumentError(
+        StrCat("the checkpoint belongs to another pipeline", diff.empty() ? "" : ": ", diff,
+               " (fingerprint ", token.fingerprint, ", this spec's ", fingerprint,
+               "); resume with the spec it was taken with (same source, mix, ops, seed and batch "
+               "size), or start afresh without the checkpoint"));
+  }
+  if (token.epoch < *first_epoch || token.epoch >= *first_epoch + *num_epochs)
+    return absl::InvalidArgumentError(StrCat("the checkpoint is at epoch ", token.epoch,
+                                             ", outside the job's epochs ", *first_epoch, " .. ",
+                                             *first_epoch + *num_epochs - 1));
+  *num_epochs -= token.epoch - *first_epoch;
+  *first_epoch = token.epoch;
+  return token;
+}
+
+// How long a refused connection is retried: options.wait_for_dispatcher, else
+// $STOKER_WAIT_FOR_DISPATCHER (seconds), else 0.
+absl::StatusOr<std::chrono::milliseconds> WaitForDispatcher(const ServiceClientOptions& options) {
+  if (options.wait_for_dispatcher) return *options.wait_for_dispatcher;
+  const char* env = std::getenv("STOKER_WAIT_FOR_DISPATCHER");
+  if (env == nullptr || *env == '\0') return std::chrono::milliseconds(0);
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(seconds >= 0) || seconds > 1e7)
+    return absl::InvalidArgumentError(
+        StrCat("STOKER_WAIT_FOR_DISPATCHER='", env,
+               "' is not a number of seconds (how long a refused connection to the dispatcher "
+               "is retried)"));
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// `name` cut to the dispatcher's bound (200 bytes) without splitting a UTF-8 sequence.
+std::string CutDisplayName(std::string name) {
+  size_t n = std::min<size_t>(name.size(), 200);
+  while (n < name.size() && n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+  name.resize(n);
+  return name;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
+    const ServiceClientOptions& options, const std::string& spec_json) {
+  ASSIGN_OR_RETURN(std::string address, NormalizeDispatcherAddress(options.dispatcher_address));
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(SplitSpec split, SplitOffDeviceStage(spec_json));
+  const json& spec = split.workers_spec;
+  const std::string fingerprint = data::Pipeline::Fingerprint(spec);
+  Epochs epochs{options.first_epoch, std::max<int64_t>(1, options.num_epochs)};
+  ASSIGN_OR_RETURN(std::optional<ServiceCheckpoint> token,
+                   CheckResume(options, spec, fingerprint, &epochs.first, &epochs.count));
+  ASSIGN_OR_RETURN(std::chrono::milliseconds wait_refused, WaitForDispatcher(options));
+
   std::unique_ptr<ServiceClient> c(new ServiceClient(options));
   c->fingerprint_ = fingerprint;
   c->spec_ = spec;
   c->position_batch_ = PositionBatch(spec);
-  c->device_stage_ = std::move(device_stage);
+  c->device_stage_ = std::move(split.device_stage);
   c->address_ = address;
   {
     std::random_device random;  // 128 bits: no two consumers of a job pick the same
@@ -217,79 +267,80 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     std::snprintf(id, sizeof(id), "%08x%08x%08x%08x", random(), random(), random(), random());
     c->registration_id_ = id;
   }
-  c->epoch_ = first_epoch;
-  c->first_epoch_ = first_epoch;
-  c->num_epochs_ = num_epochs;
-  c->epochs_done_ = first_epoch;
+  c->epoch_ = epochs.first;
+  c->first_epoch_ = epochs.first;
+  c->num_epochs_ = epochs.count;
+  c->epochs_done_ = epochs.first;
   ASSIGN_OR_RETURN(c->security_, Security::Load(options.security));
   std::shared_ptr<grpc::Channel> channel = c->security_->MakeChannel(address, Caller::kClient);
   c->dispatcher_ = DispatcherService::NewStub(channel);
+  const GetOrCreateJobRequest req = c->JobRequest(epochs, token);
+  if (token) {
+    absl::MutexLock lock(&c->mu_);
+    c->RestoreLocked(*token);
+  }
+  RETURN_IF_ERROR(c->CreateJob(req, *channel, wait_refused));
+  {
+    absl::MutexLock lock(&c->mu_);
+    c->last_heartbeat_ok_ = c->workers_seen_ = c->no_worker_logged_ = Clock::now();
+  }
+  c->heartbeat_ = StartThread("client-hb", [p = c.get()] { p->HeartbeatLoop(); });
+  return c;
+}
+
+GetOrCreateJobRequest ServiceClient::JobRequest(Epochs epochs,
+                                                const std::optional<ServiceCheckpoint>& token) {
   GetOrCreateJobRequest req;
-  req.set_spec_json(spec.dump());
-  req.set_fingerprint(fingerprint);
-  req.set_job_name(options.job_name);
-  req.set_sharding(options.sharding);
-  req.set_compression(options.compression);
-  req.set_num_epochs(num_epochs);
-  req.set_first_epoch(first_epoch);
+  req.set_spec_json(spec_.dump());
+  req.set_fingerprint(fingerprint_);
+  req.set_job_name(options_.job_name);
+  req.set_sharding(options_.sharding);
+  req.set_compression(options_.compression);
+  req.set_num_epochs(epochs.count);
+  req.set_first_epoch(epochs.first);
   if (token) {
     // Only what the token's consumer had not delivered runs; its open splits are cut exactly as
-    // before, and this client drops the elements of them it had delivered.
+    // before, and this client drops the elements of them it had delivered (RestoreLocked).
     req.set_num_samples(token->num_samples);
     req.set_resuming(true);
-    req.set_replaces_job(options.replaces_job);
+    req.set_replaces_job(options_.replaces_job);
     for (const ServiceCheckpoint::Piece& p : token->Remaining()) {
       ResumePiece* r = req.add_resume();
       r->set_begin(p.begin);
       r->set_end(p.end);
       r->set_exact(p.exact);
     }
-    absl::MutexLock lock(&c->mu_);
-    c->resume_epoch_ = token->epoch;
-    c->resume_samples_ = token->num_samples;
-    c->done_[token->epoch] = token->done;
-    for (const auto& o : token->open) {
-      std::set<int64_t>& seqs = c->resumed_open_[{o.begin, o.end}];
-      for (const auto& [a, b] : o.delivered)
-        for (int64_t q = a; q < b; ++q) seqs.insert(q);
-    }
-    c->epoch_elements_ = token->elements;
-    c->epoch_samples_ = token->samples;
   }
-  req.set_num_consumers(options.num_consumers);
-  req.set_partial_round(options.partial_round);
-  req.set_deterministic(options.deterministic && options.num_consumers == 0 &&
-                        options.sharding == "dynamic");
-  req.set_cross_trainer_cache(options.cross_trainer_cache);
-  req.set_on_fall_behind(options.on_fall_behind);
-  {
-    // Cut to the dispatcher's bound without splitting a UTF-8 sequence.
-    std::string name = options.display_name.empty() ? DefaultDisplayName() : options.display_name;
-    size_t n = std::min<size_t>(name.size(), 200);
-    while (n < name.size() && n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
-    name.resize(n);
-    req.set_display_name(name);
+  req.set_num_consumers(options_.num_consumers);
+  req.set_partial_round(options_.partial_round);
+  req.set_deterministic(options_.deterministic && options_.num_consumers == 0 &&
+                        options_.sharding == "dynamic");
+  req.set_cross_trainer_cache(options_.cross_trainer_cache);
+  req.set_on_fall_behind(options_.on_fall_behind);
+  req.set_display_name(
+      CutDisplayName(options_.display_name.empty() ? DefaultDisplayName() : options_.display_name));
+  req.set_open_ended(options_.open_ended);
+  return req;
+}
+
+void ServiceClient::RestoreLocked(const ServiceCheckpoint& token) {
+  resume_epoch_ = token.epoch;
+  resume_samples_ = token.num_samples;
+  done_[token.epoch] = token.done;
+  for (const auto& o : token.open) {
+    std::set<int64_t>& seqs = resumed_open_[{o.begin, o.end}];
+    for (const auto& [a, b] : o.delivered)
+      for (int64_t q = a; q < b; ++q) seqs.insert(q);
   }
-  req.set_open_ended(options.open_ended);
-  // A refused connection is retried only this long (the dispatcher may be starting); other
-  // failures for the connect timeout.
-  std::chrono::milliseconds wait_refused{0};
-  if (options.wait_for_dispatcher) {
-    wait_refused = *options.wait_for_dispatcher;
-  } else if (const char* env = std::getenv("STOKER_WAIT_FOR_DISPATCHER");
-             env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const double seconds = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(seconds >= 0) || seconds > 1e7)
-      return absl::InvalidArgumentError(
-          StrCat("STOKER_WAIT_FOR_DISPATCHER='", env,
-                 "' is not a number of seconds (how long a refused connection to the dispatcher "
-                 "is retried)"));
-    wait_refused = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  }
+  epoch_elements_ = token.elements;
+  epoch_samples_ = token.samples;
+}
+
+absl::Status ServiceClient::CreateJob(const GetOrCreateJobRequest& req, grpc::Channel& channel,
+                                      std::chrono::milliseconds wait_refused) {
   const auto started = Clock::now();
-  auto deadline = started + std::max(options.connect_timeout, wait_refused);
-  auto backoff = std::chrono::milliseconds(50);
+  const auto deadline = started + std::max(options_.connect_timeout, wait_refused);
+  Backoff backoff(std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
   // The most telling failure so far ("Connection refused", "DNS resolution failed"): an attempt
   // cut short by its own deadline only says that the handshake was shut down.
   std::string cause;
@@ -307,23 +358,21 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     SetDeadline(&ctx, std::max(std::chrono::milliseconds(1000), std::min(attempt_timeout, left)));
     attempt_timeout *= 2;
-    grpc::Status s = c->dispatcher_->GetOrCreateJob(&ctx, req, &resp);
+    grpc::Status s = dispatcher_->GetOrCreateJob(&ctx, req, &resp);
     if (s.ok()) {
-      c->job_id_ = resp.job_id();
-      break;
+      job_id_ = resp.job_id();
+      return absl::OkStatus();
     }
-    bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                     s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!transient) return FromGrpc(s, StrCat("creating the job at dispatcher ", address));
+    if (!IsTransient(s)) return FromGrpc(s, StrCat("creating the job at dispatcher ", address_));
     // A TLS or plaintext mismatch (or a refused handshake) does not heal by waiting: say so now.
     // A failed handshake is reported the third time in a row (it may be a connection cut short).
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && handshake_failures < 3) {
       bool certain = true;
-      std::string why = DiagnoseUnavailable(address, *c->security_, s, &certain);
+      std::string why = DiagnoseUnavailable(address_, *security_, s, &certain);
       handshake_failures = why.empty() ? 0 : handshake_failures + 1;
       if (!why.empty() && (certain || handshake_failures == 3))
         return absl::UnavailableError(
-            StrCat("cannot reach the dispatcher at ", address, ": ", why));
+            StrCat("cannot reach the dispatcher at ", address_, ": ", why));
     }
     if (cause.empty() || (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                           s.error_message().find("shutdown") == std::string::npos))
@@ -332,17 +381,17 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     // Nothing listens at the address: waiting would not help unless the dispatcher is starting,
     // which the caller says with wait_for_dispatcher.
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        Clock::now() + backoff > started + wait_refused && NothingListensAt(address))
+        Clock::now() + backoff.peek() > started + wait_refused && NothingListensAt(address_))
       return absl::UnavailableError(
-          StrCat("cannot reach the dispatcher at ", address,
+          StrCat("cannot reach the dispatcher at ", address_,
                  wait_refused.count() > 0 ? StrCat(" within ", Seconds(wait_refused), " s") : "",
                  " (is it running, and is the address right?): ", cause,
                  "; nothing listens there (to wait for a dispatcher that is still starting, set "
                  "STOKER_WAIT_FOR_DISPATCHER=SECONDS or stoker consume --wait-for-dispatcher)"));
-    if (Clock::now() + backoff > deadline)
+    if (Clock::now() + backoff.peek() > deadline)
       return absl::UnavailableError(
-          StrCat("cannot reach the dispatcher at ", address, " within ",
-                 Seconds(std::max(options.connect_timeout, wait_refused)),
+          StrCat("cannot reach the dispatcher at ", address_, " within ",
+                 Seconds(std::max(options_.connect_timeout, wait_refused)),
                  " s (is it running, and is the address right?): ", cause,
                  timed_out ? "; some attempts got no answer in time (is the dispatcher overloaded?)"
                            : ""));
@@ -350,11 +399,8 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     // threads would poll its sockets, so without a call or a wait in progress gRPC's reconnect
     // attempts only advance on its 5-s backup poller, and a dispatcher that came up (or back)
     // after the first refused attempt was missed for 10 s. Returns early once connected.
-    channel->WaitForConnected(std::chrono::system_clock::now() + backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    channel.WaitForConnected(std::chrono::system_clock::now() + backoff.Next());
   }
-  c->heartbeat_ = StartThread("client-hb", [p = c.get()] { p->HeartbeatLoop(); });
-  return c;
 }
 
 ServiceClient::~ServiceClient() {
@@ -422,100 +468,22 @@ absl::Status ServiceClient::WaitForJobInfo(absl::Duration timeout) {
 }
 
 void ServiceClient::HeartbeatLoop() {
-  auto last_ok = Clock::now();
-  auto workers_seen = Clock::now();  // when a worker was last registered (or we started)
-  auto last_log = Clock::now();
   while (true) {
     ClientHeartbeatRequest req;
-    req.set_job_id(job_id_);
-    req.set_consumer_index(options_.consumer_index);
-    req.set_trainer_id(options_.trainer_id);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      req.set_client_id(client_id_);
-      // Until a reply told this consumer its id, every registration names the same id, so that
-      // one the dispatcher holds without this consumer having heard of it (the dispatcher killed
-      // after journaling it, or a reply past the deadline) is given back, not refused.
-      if (client_id_ == 0) req.set_registration_id(registration_id_);
-      req.set_wait_seconds(stats_.wait_seconds);
-      req.set_compute_seconds(stats_.between_seconds);
-      req.set_delivered_elements(stats_.elements);
-      for (int64_t s : to_ack_) req.add_completed_splits(s);
-      if (options_.num_consumers == 0) {  // shared jobs: a re-run of these comes to this client
-        for (const auto& [s, progress] : splits_) req.add_held_splits(s);
-        for (int64_t s : to_ack_) req.add_held_splits(s);
-      }
-      for (const auto& [id, f] : fetchers_)
-        if (f->ended) req.add_ended_workers(id);
+      req = HeartbeatRequestLocked();
     }
     ClientHeartbeatResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(5));
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
     absl::MutexLock lock(&mu_);
-    auto now = Clock::now();
     if (s.ok()) {
-      last_ok = now;
-      client_id_ = resp.client_id();
-      job_info_ = true;
-      num_samples_ = resp.num_samples();
-      first_epoch_ = resp.first_epoch();
-      num_epochs_ = std::max<int64_t>(1, resp.num_epochs());
-      epochs_done_ = resp.epochs_done();
-      if (client_id_ != req.client_id() && epoch_ < first_epoch_) epoch_ = first_epoch_;
-      std::set<int64_t> acked(req.completed_splits().begin(), req.completed_splits().end());
-      std::erase_if(to_ack_, [&](int64_t id) { return acked.count(id) > 0; });
-      std::set<int64_t> live;
-      for (const WorkerInfo& w : resp.workers()) {
-        live.insert(w.worker_id());
-        if (fetchers_.count(w.worker_id())) continue;
-        auto f = std::make_unique<Fetcher>();
-        f->worker_id = w.worker_id();
-        f->address = w.address();
-        f->stub = WorkerService::NewStub(security_->MakeChannel(w.address(), Caller::kClient));
-        fetchers_[w.worker_id()] = std::move(f);
-        // Enough threads for requests_per_worker in flight to every worker, up to the cap.
-        size_t wanted = std::min<size_t>(
-            kMaxFetchThreads, fetchers_.size() * static_cast<size_t>(options_.requests_per_worker));
-        while (fetch_threads_.size() < wanted)
-          fetch_threads_.push_back(StartThread("client-fetch", [this] { FetchLoop(); }));
-      }
-      for (auto& [id, f] : fetchers_)
-        if (!live.count(id)) f->removed = true;
-      if (resp.registered_workers() > 0) {
-        workers_seen = now;
-      } else if (!finished_) {
-        if (now - last_log >= options_.no_worker_log) {
-          SPDLOG_WARN(
-              "job {}: waiting for a worker: 0 registered at dispatcher {} (start "
-              "`stoker worker --dispatcher {}`)",
-              job_id_, address_, address_);
-          last_log = now;
-        }
-        if (options_.no_worker_timeout.count() > 0 &&
-            now - workers_seen > options_.no_worker_timeout && error_.ok())
-          error_ = absl::UnavailableError(StrCat("no worker registered at dispatcher ", address_,
-                                                 " for ", Seconds(options_.no_worker_timeout),
-                                                 " s; start workers with `stoker worker "
-                                                 "--dispatcher ",
-                                                 address_, "`"));
-      }
-      if (!resp.job_error().empty() && error_.ok())
-        error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
-      if (resp.job_finished()) finished_ = true;
-    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
-               s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-               s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
-               s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-               s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-               s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-               s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
-      if (error_.ok()) error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", address_));
-    } else if (now - last_ok > options_.dispatcher_patience) {
-      if (error_.ok())
-        error_ = FromGrpc(s, StrCat("dispatcher ", address_, " unreachable for more than ",
-                                    Seconds(options_.dispatcher_patience), " s"));
+      ApplyHeartbeatLocked(req, resp);
+    } else {
+      HeartbeatFailedLocked(s, Clock::now());
     }
     if (finished_ && to_ack_.empty()) {
       // Nothing more to learn; keep quiet until destruction.
@@ -526,6 +494,111 @@ void ServiceClient::HeartbeatLoop() {
     if (s.ok()) heartbeat_now_ = false;
     auto wake = [&] { return stopping_ || (s.ok() && heartbeat_now_); };
     mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.heartbeat_interval));
+  }
+}
+
+ClientHeartbeatRequest ServiceClient::HeartbeatRequestLocked() {
+  ClientHeartbeatRequest req;
+  req.set_job_id(job_id_);
+  req.set_consumer_index(options_.consumer_index);
+  req.set_trainer_id(options_.trainer_id);
+  req.set_client_id(client_id_);
+  // Until a reply told this consumer its id, every registration names the same id, so that one
+  // the dispatcher holds without this consumer having heard of it (the dispatcher killed after
+  // journaling it, or a reply past the deadline) is given back, not refused.
+  if (client_id_ == 0) req.set_registration_id(registration_id_);
+  req.set_wait_seconds(stats_.wait_seconds);
+  req.set_compute_seconds(stats_.between_seconds);
+  req.set_delivered_elements(stats_.elements);
+  for (int64_t s : to_ack_) req.add_completed_splits(s);
+  if (options_.num_consumers == 0) {  // shared jobs: a re-run of these comes to this client
+    for (const auto& [s, progress] : splits_) req.add_held_splits(s);
+    for (int64_t s : to_ack_) req.add_held_splits(s);
+  }
+  for (const auto& [id, f] : fetchers_)
+    if (f->ended) req.add_ended_workers(id);
+  return req;
+}
+
+void ServiceClient::ApplyHeartbeatLocked(const ClientHeartbeatRequest& req,
+                                         const ClientHeartbeatResponse& resp) {
+  const auto now = Clock::now();
+  last_heartbeat_ok_ = now;
+  client_id_ = resp.client_id();
+  job_info_ = true;
+  num_samples_ = resp.num_samples();
+  first_epoch_ = resp.first_epoch();
+  num_epochs_ = std::max<int64_t>(1, resp.num_epochs());
+  epochs_done_ = resp.epochs_done();
+  if (client_id_ != req.client_id() && epoch_ < first_epoch_) epoch_ = first_epoch_;
+  std::set<int64_t> acked(req.completed_splits().begin(), req.completed_splits().end());
+  std::erase_if(to_ack_, [&](int64_t id) { return acked.count(id) > 0; });
+  UpdateFetchersLocked(resp);
+  WatchForWorkersLocked(resp.registered_workers(), now);
+  if (!resp.job_error().empty() && error_.ok())
+    error_ = absl::FailedPreconditionError(StrCat("job ", job_id_, ": ", resp.job_error()));
+  if (resp.job_finished()) finished_ = true;
+}
+
+void ServiceClient::UpdateFetchersLocked(const ClientHeartbeatResponse& resp) {
+  std::set<int64_t> live;
+  for (const WorkerInfo& w : resp.workers()) {
+    live.insert(w.worker_id());
+    if (fetchers_.count(w.worker_id())) continue;
+    auto f = std::make_unique<Fetcher>();
+    f->worker_id = w.worker_id();
+    f->address = w.address();
+    f->stub = WorkerService::NewStub(security_->MakeChannel(w.address(), Caller::kClient));
+    fetchers_[w.worker_id()] = std::move(f);
+    // Enough threads for requests_per_worker in flight to every worker, up to the cap.
+    size_t wanted = std::min<size_t>(
+        kMaxFetchThreads, fetchers_.size() * static_cast<size_t>(options_.requests_per_worker));
+    while (fetch_threads_.size() < wanted)
+      fetch_threads_.push_back(StartThread("client-fetch", [this] { FetchLoop(); }));
+  }
+  for (auto& [id, f] : fetchers_)
+    if (!live.count(id)) f->removed = true;
+}
+
+void ServiceClient::WatchForWorkersLocked(int64_t registered_workers, Clock::time_point now) {
+  if (registered_workers > 0) {
+    workers_seen_ = now;
+    return;
+  }
+  if (finished_) return;
+  if (now - no_worker_logged_ >= options_.no_worker_log) {
+    SPDLOG_WARN(
+        "job {}: waiting for a worker: 0 registered at dispatcher {} (start "
+        "`stoker worker --dispatcher {}`)",
+        job_id_, address_, address_);
+    no_worker_logged_ = now;
+  }
+  if (options_.no_worker_timeout.count() > 0 && now - workers_seen_ > options_.no_worker_timeout &&
+      error_.ok())
+    error_ = absl::UnavailableError(StrCat("no worker registered at dispatcher ", address_, " for ",
+                                           Seconds(options_.no_worker_timeout),
+                                           " s; start workers with `stoker worker "
+                                           "--dispatcher ",
+                                           address_, "`"));
+}
+
+void ServiceClient::HeartbeatFailedLocked(const grpc::Status& s, Clock::time_point now) {
+  if (!error_.ok()) return;
+  switch (s.error_code()) {
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ALREADY_EXISTS:
+      // The dispatcher's answer (the job or this consumer is gone, a token it refuses, ...).
+      error_ = FromGrpc(s, StrCat("heartbeat to dispatcher ", address_));
+      return;
+    default:
+      if (now - last_heartbeat_ok_ > options_.dispatcher_patience)
+        error_ = FromGrpc(s, StrCat("dispatcher ", address_, " unreachable for more than ",
+                                    Seconds(options_.dispatcher_patience), " s"));
   }
 }
 

@@ -38,6 +38,8 @@
 #include "stoker/data/tensor.h"
 #include "stoker/data/to_device.h"
 #include "stoker/service.grpc.pb.h"
+#include "stoker/service/client/checkpoint.h"
+#include "stoker/service/common/grpc_util.h"
 #include "stoker/service/common/security.h"
 #include "stoker/service/common/shm_ring.h"
 
@@ -195,7 +197,7 @@ class ServiceClient {
     bool mid_split = false;  // the last element received from it was not the last of its split
     int in_flight = 0;       // requests to this worker now
     std::chrono::steady_clock::time_point retry_at;  // after a failed request: not before
-    std::chrono::milliseconds backoff{20};
+    Backoff backoff{std::chrono::milliseconds(20), std::chrono::milliseconds(500)};
     std::shared_ptr<ShmMapping> shm;  // the worker's segment, once a response named one
     bool shm_off = false;             // mapping it failed: payloads in the reply from now on
   };
@@ -218,10 +220,42 @@ class ServiceClient {
     bool empty = false;  // marks the end of a split that gave this consumer nothing
   };
 
+  // The epochs a job runs: first, first + 1, ..., first + count - 1.
+  struct Epochs {
+    int64_t first = 0;
+    int64_t count = 1;
+  };
+  // Open's steps, in order (client.cc): the job's request from the options (and what a resumed
+  // token says), the token's delivered positions restored here, then the job created or joined.
+  GetOrCreateJobRequest JobRequest(Epochs epochs, const std::optional<ServiceCheckpoint>& token);
+  void RestoreLocked(const ServiceCheckpoint& token) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `req` until the dispatcher answers: refused connections for `wait_refused`, other
+  // transient failures for connect_timeout, with a Backoff; a TLS or plaintext mismatch fails at
+  // once. Sets job_id_.
+  absl::Status CreateJob(const GetOrCreateJobRequest& req, grpc::Channel& channel,
+                         std::chrono::milliseconds wait_refused);
+
   explicit ServiceClient(const ServiceClientOptions& options) : options_(options) {}
   // The next element as the workers sent it.
   absl::StatusOr<std::optional<data::Element>> GetNextHost(absl::Duration wait);
+  // The heartbeat thread: HeartbeatRequestLocked, the call, then ApplyHeartbeatLocked (or the
+  // failure judged by HeartbeatFailedLocked), every heartbeat_interval or when GetNext asks.
   void HeartbeatLoop();
+  // What the dispatcher hears from this consumer: its id (or registration), time, deliveries,
+  // splits to acknowledge and held ones, workers whose streams ended.
+  ClientHeartbeatRequest HeartbeatRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a heartbeat's reply says: the job's parameters, acknowledged splits, the workers (a
+  // fetcher for each new one, fetch threads to match), the job's error or end.
+  void ApplyHeartbeatLocked(const ClientHeartbeatRequest& req, const ClientHeartbeatResponse& resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateFetchersLocked(const ClientHeartbeatResponse& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With no worker registered: logs every no_worker_log, fails after no_worker_timeout.
+  void WatchForWorkersLocked(int64_t registered_workers, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed heartbeat: the dispatcher's refusal fails the consumer at once; no answer only after
+  // dispatcher_patience since the last one.
+  void HeartbeatFailedLocked(const grpc::Status& s, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One thread of the fetch pool: takes the workers in turn, one request at a time.
   void FetchLoop();
   // The next worker to ask (in turn, with fewer than requests_per_worker requests in flight, not
@@ -284,6 +318,11 @@ class ServiceClient {
   int64_t first_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t num_epochs_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t epochs_done_ ABSL_GUARDED_BY(mu_) = 0;
+  // The heartbeat thread's clocks: the last answered heartbeat, when a worker was last
+  // registered (or the client started), the last "waiting for a worker" line.
+  std::chrono::steady_clock::time_point last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point workers_seen_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point no_worker_logged_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   ServiceClientStats stats_ ABSL_GUARDED_BY(mu_);

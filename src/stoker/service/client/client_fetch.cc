@@ -132,11 +132,10 @@ void ServiceClient::FetchLoop() {
       // The worker may be gone (the dispatcher will stop listing it and re-lease its splits), or
       // only this response was lost: the next request sends again what was not received.
       f->restart = true;
-      f->retry_at = Clock::now() + f->backoff;
-      f->backoff = std::min(f->backoff * 2, std::chrono::milliseconds(500));
+      f->retry_at = Clock::now() + f->backoff.Next();
       continue;
     }
-    f->backoff = std::chrono::milliseconds(20);
+    f->backoff.Reset();
     stats_.cache_hits += resp.cache_hits();
     stats_.cache_recomputed += resp.cache_recomputed();
     stats_.cache_skipped += resp.cache_skipped();

@@ -1,9 +1,11 @@
-// absl::Status <-> grpc::Status (the codes map 1:1), and RPC deadlines.
+// absl::Status <-> grpc::Status (the codes map 1:1), RPC deadlines, and retries (IsTransient,
+// Backoff).
 // Thread safety: free functions without shared state.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 
@@ -27,6 +29,33 @@ inline absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
 inline void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }
+
+// The failures a retry may heal: nothing answered (yet), or not in time. Every other code is the
+// peer's answer, which asking again would not change.
+inline bool IsTransient(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// The waits between the attempts of one retry loop: `initial`, then doubling up to `max`; Reset
+// after a success. Not thread-safe (one per loop, or guarded with what it retries).
+class Backoff {
+ public:
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max)
+      : initial_(initial), max_(max), next_(initial) {}
+  // The wait before the next attempt, without using it up.
+  std::chrono::milliseconds peek() const { return next_; }
+  // The wait before the next attempt; the one after is twice as long (at most `max`).
+  std::chrono::milliseconds Next() {
+    const std::chrono::milliseconds wait = next_;
+    next_ = std::min(next_ * 2, max_);
+    return wait;
+  }
+  void Reset() { next_ = initial_; }
+
+ private:
+  std::chrono::milliseconds initial_, max_, next_;
+};
 
 // The arguments of every channel the service opens: gRPC's own reconnect back-off never grows
 // past a second, so that a restarted dispatcher or worker is found again quickly, and messages

@@ -190,9 +190,7 @@ void Worker::HeartbeatLoop() {
       if (heartbeats_stopped_) return;  // Drain cancelled it; the leaving heartbeat follows
       // Unreachable: no answer, or the call failed for want of a connection (not a refusal
       // the dispatcher sent, which says it is there).
-      dispatcher_unreachable_ = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                                s.error_code() == grpc::StatusCode::CANCELLED;
+      dispatcher_unreachable_ = IsTransient(s) || s.error_code() == grpc::StatusCode::CANCELLED;
     }
     std::string why;  // a configuration mismatch behind a failure (TLS, plaintext), if any
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
