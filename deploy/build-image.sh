@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds stoker's container image with podman from deploy/Containerfile (docs/deploy.md).
 #
-#   deploy/build-image.sh [--tag TAG] [--prebuilt BINARY] [--base IMAGE]
+#   deploy/build-image.sh [--tag TAG] [--prebuilt BINARY] [--base IMAGE] [--jobs N] [--cold]
 #
 # The base image (the Containerfile's BASE) is, by default, localhost/debian:12: a Debian 12
 # root file system made here from Debian packages alone (debootstrap --variant=minbase, from the
@@ -24,11 +24,15 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tag=localhost/stoker:latest
 prebuilt=""
 base=localhost/debian:12
+jobs=""
+cold=0
 while (($#)); do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --prebuilt) prebuilt="$2"; shift 2 ;;
     --base) base="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --cold) cold=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "build-image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -125,8 +129,16 @@ else
   if [[ -n $commit && -n $(git -C "$repo" status --porcelain --untracked-files=no) ]]; then
     commit="$commit-dirty"
   fi
-  podman build --network host -f "$repo/deploy/Containerfile" --target image \
-    --build-arg BASE="$base" --build-arg COMMIT="$commit" -t "$tag" "$repo"
+  cache_args=()
+  if ((cold)); then
+    # A build from nothing but the base image: no layer from podman's cache, and the compiler
+    # cache (the build stage's cache mount, id stoker-ccache) emptied first.
+    cache_args=(--no-cache)
+    rm -rf "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)/stoker-ccache"
+  fi
+  podman build --network host -f "$repo/deploy/Containerfile" --target image "${cache_args[@]}" \
+    --build-arg BASE="$base" --build-arg COMMIT="$commit" --build-arg JOBS="$jobs" \
+    -t "$tag" "$repo"
 fi
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "build-image.sh: $tag built in $(($(date +%s) - started)) s;" \
