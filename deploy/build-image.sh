@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds stoker's container image with podman from deploy/Containerfile (docs/deploy.md).
 #
-#   deploy/build-image.sh [--tag TAG] [--prebuilt BINARY] [--base IMAGE] [--jobs N] [--cold]
+#   deploy/build-image.sh [--tag TAG] [--prebuilt BINARY] [--python] [--base IMAGE] [--jobs N]
+#                         [--cold]
 #
 # The base image (the Containerfile's BASE) is, by default, localhost/debian:12: a Debian 12
 # root file system made here from Debian packages alone (debootstrap --variant=minbase, from the
@@ -13,6 +14,11 @@
 # the `build` stage; about 15 minutes on 2 cores). With --prebuilt BINARY: the `prebuilt` target,
 # which packs BINARY (a `stoker` built on a Debian 12 host, e.g. build/stoker; stripped here) into
 # the same runtime stage; no compilation (seconds once the runtime stage's layer is cached).
+# --python: the image with Debian's python3 and the Python package `stoker` as well (targets
+# `python`, or with --prebuilt `prebuilt-python`, which takes the package BINARY's build assembled
+# in BINARY's folder/python/stoker: `cmake --build build --target stoker_python_sources`).
+# --jobs N: parallel compile jobs (default: the CPUs). --cold: a build from the base image alone,
+# no layer from podman's cache and the compiler cache emptied (to measure it).
 #
 # Prints the image's name, its size and the commit `stoker --version` names in it.
 # Environment: DEBIAN_MIRROR (default: the first Debian URI in /etc/apt/sources.list*);
@@ -26,6 +32,7 @@ prebuilt=""
 base=localhost/debian:12
 jobs=""
 cold=0
+python=0
 while (($#)); do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
@@ -33,6 +40,7 @@ while (($#)); do
     --base) base="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --cold) cold=1; shift ;;
+    --python) python=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "build-image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -120,10 +128,25 @@ if [[ -n $prebuilt ]]; then
   trap 'rm -rf "$ctx"' EXIT
   strip -o "$ctx/stoker" "$prebuilt"
   commit=$("$ctx/stoker" --version | sed -n 's/.*(commit \(.*\)).*/\1/p')
-  # The context is the folder of the binary alone: the prebuilt stage needs nothing else.
-  podman build --network host -f "$repo/deploy/Containerfile" --target prebuilt \
+  target=prebuilt
+  python_args=()
+  if ((python)); then
+    package="$(dirname "$prebuilt")/python/stoker"
+    ls "$package"/_stoker*.so >/dev/null 2>&1 || {
+      echo "build-image.sh: $package holds no extension _stoker*.so (build the target" \
+        "stoker_python_sources in $(dirname "$prebuilt"))" >&2
+      exit 1
+    }
+    mkdir -p "$ctx/python/stoker"
+    cp "$package"/*.py "$ctx/python/stoker/"
+    for so in "$package"/_stoker*.so; do strip --strip-unneeded -o "$ctx/python/stoker/${so##*/}" "$so"; done
+    target=prebuilt-python
+    python_args=(--build-context stoker-py="$ctx/python")
+  fi
+  # The context is the folder of the binary alone: the prebuilt stages need nothing else.
+  podman build --network host -f "$repo/deploy/Containerfile" --target "$target" \
     --build-arg BASE="$base" --build-arg COMMIT="$commit" --build-context stoker-bin="$ctx" \
-    -t "$tag" "$ctx"
+    "${python_args[@]}" -t "$tag" "$ctx"
 else
   commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || true)
   if [[ -n $commit && -n $(git -C "$repo" status --porcelain --untracked-files=no) ]]; then
@@ -134,12 +157,18 @@ else
     # A build from nothing but the base image: no layer from podman's cache, and the compiler
     # cache (the build stage's cache mount, id stoker-ccache) emptied first.
     cache_args=(--no-cache)
-    rm -rf "${TMPDIR:-/var/tmp}/buildah-cache-$(id -u)/stoker-ccache"
+    # (buildah keeps cache mounts in $TMPDIR/buildah-cache/ID, or buildah-cache-UID when rootless)
+    rm -rf "${TMPDIR:-/var/tmp}"/buildah-cache{,-"$(id -u)"}/stoker-ccache
   fi
-  podman build --network host -f "$repo/deploy/Containerfile" --target image "${cache_args[@]}" \
+  target=image
+  ((python)) && target=python
+  podman build --network host -f "$repo/deploy/Containerfile" --target "$target" "${cache_args[@]}" \
     --build-arg BASE="$base" --build-arg COMMIT="$commit" --build-arg JOBS="$jobs" \
     -t "$tag" "$repo"
 fi
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 echo "build-image.sh: $tag built in $(($(date +%s) - started)) s;" \
-  "size $((size / 1000000)) MB; $(podman run --rm "$tag" --version)"
+  "size $((size / 1000000)) MB; $(podman run --rm --entrypoint /usr/local/bin/stoker "$tag" --version)"
+if ((python)); then
+  echo "build-image.sh: in Python: $(podman run --rm "$tag")"
+fi
