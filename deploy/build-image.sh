@@ -143,6 +143,13 @@ if [[ -n $prebuilt ]]; then
     target=prebuilt-python
     python_args=(--build-context stoker-py="$ctx/python")
   fi
+  # The stage the target packs into, tagged localhost/stoker-stage:STAGE, so that its layers (the
+  # apt-get install) stay in podman's cache when the images made from it are removed (the test
+  # removes its own): a later build takes seconds, not another apt-get install.
+  stage=runtime
+  ((python)) && stage=python-runtime
+  podman build --network host -f "$repo/deploy/Containerfile" --target "$stage" \
+    --build-arg BASE="$base" -t "localhost/stoker-stage:$stage" "$ctx" >/dev/null
   # The context is the folder of the binary alone: the prebuilt stages need nothing else.
   podman build --network host -f "$repo/deploy/Containerfile" --target "$target" \
     --build-arg BASE="$base" --build-arg COMMIT="$commit" --build-context stoker-bin="$ctx" \

@@ -7,8 +7,9 @@
    uid 10001 and there is no compiler.
 2. On a podman network: a dispatcher container with its journal on a volume and 3 worker
    containers, which must register their container address. Two trainers, `stoker consume
-   --epochs 2` on the host and the same in a container, each get every key exactly once per epoch
-   while a worker container that holds a split is killed (kill -9) mid-epoch and, later, the
+   --epochs 2` on the host and the same in a container, and a Python trainer (Pipeline.distribute,
+   tests/deploy/container_trainer.py) in a container of the image with Python (build-image.sh
+   --prebuilt STOKER --python), each get every key exactly once per epoch while a worker container that holds a split is killed (kill -9) mid-epoch and, later, the
    dispatcher container is killed, removed and started again as a new container on the journal
    volume (same address). /metrics and the status page are read over the network.
 3. `podman kube play` of deploy/kubernetes/stoker.yaml, with what podman does not support changed
@@ -40,6 +41,7 @@ from ops_common import fail, read, wait_for  # noqa: E402
 STOKER, MAKE_IMAGES, SOURCE_DIR, OUT_DIR = sys.argv[1:5]
 PREFIX = f"stoker-ct-{os.getpid()}"
 IMAGE = f"localhost/stoker:ctest-{os.getpid()}"
+PY_IMAGE = f"localhost/stoker:ctest-py-{os.getpid()}"  # with python3 and the package `stoker`
 BASE = "localhost/debian:12"
 # The trainers' time per element: 120 elements make an epoch of about 12 s, time enough to kill
 # and replace containers (each podman command takes about a second on a loaded machine) mid-epoch.
@@ -104,7 +106,7 @@ def remove_leftovers():
         if stale(name):
             podman("volume", "rm", "-f", name, check=False)
     for name in podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).split():
-        m = re.match(r"localhost/stoker:ctest-(\d+)$", name)
+        m = re.match(r"localhost/stoker:ctest-(?:py-)?(\d+)$", name)
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
             podman("rmi", name, check=False)
 
@@ -158,6 +160,7 @@ class Containers:
         for name in self.volumes:
             podman("volume", "rm", "-f", name, check=False)
         podman("rmi", IMAGE, check=False)
+        podman("rmi", PY_IMAGE, check=False)
 
 
 def container_ip(name, network):
@@ -228,6 +231,27 @@ def build_image(work):
     if revision not in host_version:
         fail(f"the image's revision label {revision!r} is not the binary's commit")
     step(f"image {IMAGE}: {image_version}, uid 10001, no compiler")
+
+    # The image with Python: the same binary, Debian's python3 and the package this build
+    # assembled next to it (build/python/stoker).
+    started = time.time()
+    r = subprocess.run([os.path.join(SOURCE_DIR, "deploy", "build-image.sh"), "--prebuilt", STOKER,
+                        "--python", "--tag", PY_IMAGE], capture_output=True, text=True,
+                       timeout=1200)
+    open(os.path.join(OUT_DIR, "build-image-python.log"), "w").write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        fail(f"deploy/build-image.sh --python failed ({r.returncode}):\n"
+             f"{(r.stdout + r.stderr)[-3000:]}")
+    commit = re.search(r"\(commit (\S+)\)", host_version).group(1)
+    in_python = podman("run", "--rm", PY_IMAGE)  # its CMD: the package's version and commit
+    if in_python.split() != ["stoker", host_version.split()[1], commit]:
+        fail(f"`import stoker` in {PY_IMAGE} says {in_python!r}; the binary is {host_version!r}")
+    uid = podman("run", "--rm", PY_IMAGE, "-c", "import os; print(os.getuid())")
+    if uid != "10001":
+        fail(f"{PY_IMAGE} runs as uid {uid}, expected 10001")
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", PY_IMAGE))
+    step(f"image {PY_IMAGE} in {time.time() - started:.0f} s: {in_python} in Python, uid 10001, "
+         f"{size / 1e6:.0f} MB")
     return True
 
 
@@ -252,8 +276,11 @@ def make_dataset(work):
     os.makedirs(job)
     with open(os.path.join(job, "spec.json"), "w") as f:
         json.dump({"source": {"dataset": "/data"}}, f)
+    # The Python trainer's script, beside the spec (the container mounts the folder at /job).
+    shutil.copy(os.path.join(SOURCE_DIR, "tests", "deploy", "container_trainer.py"), job)
     os.chmod(job, 0o755)
-    os.chmod(os.path.join(job, "spec.json"), 0o644)
+    for name in ("spec.json", "container_trainer.py"):
+        os.chmod(os.path.join(job, name), 0o644)
     return shards, job, expected
 
 
@@ -322,6 +349,14 @@ def run_cluster(made, work, shards, job, expected):
          "--print-keys", "--step-ms", STEP_MS], stdout=open(ctr_keys, "w"),
         stderr=open(os.path.join(OUT_DIR, "container-consumer.log"), "w"))
     made.procs.append(ctr)
+    pytrainer = f"{PREFIX}-pytrainer"
+    made.containers.append(pytrainer)
+    py_keys = os.path.join(work, "python-keys.txt")
+    py = subprocess.Popen(
+        ["podman", "run", "--name", pytrainer, "--network", net, "-v", f"{job}:/job:ro",
+         PY_IMAGE, "/job/container_trainer.py", f"{disp}:5000", "/data", "2", STEP_MS],
+        stdout=open(py_keys, "w"), stderr=open(os.path.join(OUT_DIR, "python-consumer.log"), "w"))
+    made.procs.append(py)
 
     def received():
         return metric_sum(http(f"http://127.0.0.1:{consumer_port}/metrics")[1],
@@ -374,7 +409,8 @@ def run_cluster(made, work, shards, job, expected):
          f"elements: replayed {replayed.group(1)} updates, /healthz ok {restart_s:.2f} s after "
          "`podman run`")
 
-    for p, who in ((host, "host trainer"), (ctr, "container trainer")):
+    for p, who in ((host, "host trainer"), (ctr, "container trainer"),
+                   (py, "Python container trainer")):
         try:
             rc = p.wait(timeout=300)
         except subprocess.TimeoutExpired:
@@ -383,7 +419,9 @@ def run_cluster(made, work, shards, job, expected):
             fail(f"the {who} exited with {rc}: see {OUT_DIR}/*consumer.log")
     check_epochs(read(host_keys).split(), expected, 2, "the host trainer")
     check_epochs(read(ctr_keys).split(), expected, 2, "the container trainer")
-    step("both trainers: 2 epochs, every key exactly once in each")
+    check_epochs(read(py_keys).split(), expected, 2, "the Python container trainer")
+    step("the 3 trainers (host CLI, container CLI, container Python): 2 epochs, every key "
+         "exactly once in each")
 
 
 def kube_rendering(shards):
