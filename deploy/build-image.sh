@@ -11,7 +11,8 @@
 # instead, where one is reachable.
 #
 # Without --prebuilt: the full two-stage build (the toolchain installed and `stoker` compiled in
-# the `build` stage; about 15 minutes on 2 cores). With --prebuilt BINARY: the `prebuilt` target,
+# the `build` stage, a unity build through ccache on a cache mount; 14 minutes cold on 2 busy
+# cores, about 2 minutes after a one-line change: bench/results/deploy.md). With --prebuilt BINARY: the `prebuilt` target,
 # which packs BINARY (a `stoker` built on a Debian 12 host, e.g. build/stoker; stripped here) into
 # the same runtime stage; no compilation (seconds once the runtime stage's layer is cached).
 # --python: the image with Debian's python3 and the Python package `stoker` as well (targets
