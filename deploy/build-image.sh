@@ -12,9 +12,10 @@
 #
 # Without --prebuilt: the full two-stage build (the toolchain installed and `stoker` compiled in
 # the `build` stage, a unity build through ccache on a cache mount; 14 minutes cold on 2 busy
-# cores, about 2 minutes after a one-line change: bench/results/deploy.md). With --prebuilt BINARY: the `prebuilt` target,
-# which packs BINARY (a `stoker` built on a Debian 12 host, e.g. build/stoker; stripped here) into
-# the same runtime stage; no compilation (seconds once the runtime stage's layer is cached).
+# cores, about 2 minutes after a one-line change: bench/results/deploy.md). With --prebuilt
+# BINARY: the `prebuilt` target, which packs BINARY (a `stoker` built on a Debian 12 host, e.g.
+# build/stoker; stripped here) into the same runtime stage; no compilation (seconds once the
+# runtime stage's layer is cached).
 # --python: the image with Debian's python3 and the Python package `stoker` as well (targets
 # `python`, or with --prebuilt `prebuilt-python`, which takes the package BINARY's build assembled
 # in BINARY's folder/python/stoker: `cmake --build build --target stoker_python_sources`).
