@@ -17,7 +17,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mkdir -p "$work/www" "$server"
-# 9 MiB + 12,345 bytes: nine full 1 MiB parts (or two 8 MiB ones) and a short last part.
+# 9 MiB + 12,345 bytes: two full 4 MiB parts (or one 8 MiB one) and a short last part.
 head -c $(( (9 << 20) + 12345 )) /dev/urandom > "$work/www/object.bin"
 : > "$work/www/empty.bin"
 "$source_dir/scripts/http-test-server" start "$server" "$work/www" > /dev/null

@@ -90,13 +90,15 @@ absl::Status Ls(const std::string& url, bool recursive) {
 // The part size for streaming from a store whose request round trip took `round_trip` (the Stat,
 // connection set-up included): at least what one connection moves in a round trip at 90 MB/s (the
 // S3 figure of ReaderOptions), so a part's time to first byte is at most half its time, rounded up
-// to a power of two between 1 MiB and options.part_size. Over the loopback or a LAN (round trips up
-// to ~10 ms) parts are 1 MiB: 16 in flight are 16 MiB of buffers, recycled by the buffer pool,
-// instead of 128 MiB of fresh pages whose page faults were most of `stoker cat`'s system time
-// (bench/results/cat.md); over S3 (~30 ms) they are 4 MiB, and 8 MiB past ~50 ms.
+// to a power of two between 4 MiB and options.part_size. Over the loopback or a LAN (round trips up
+// to ~40 ms) parts are 4 MiB: 16 in flight are 64 MiB of buffers, recycled by the buffer pool.
+// Measured interleaved with one `curl -Z --parallel-max 16` (512 MiB from nginx, 7 rounds, load
+// 1.5, medians): 1 MiB parts 0.59 s and 0.33 CPU-s (512 requests), 4 MiB 0.53 s and 0.36 CPU-s,
+// curl 0.34 s and 0.32 CPU-s; 8 MiB parts cost more CPU than curl in quick runs (36,000 minor
+// faults per 512 MiB against 19,700 at 4 MiB and 7,500 at 1 MiB: fresh pages). Past ~50 ms, 8 MiB.
 uint64_t PartSizeForLatency(absl::Duration round_trip, const io::ReaderOptions& options) {
   constexpr double kConnectionBytesPerSecond = 90e6;
-  constexpr uint64_t kMinPart = 1 << 20;
+  constexpr uint64_t kMinPart = 4 << 20;
   double wanted = absl::ToDoubleSeconds(round_trip) * kConnectionBytesPerSecond;
   uint64_t part = kMinPart;
   while (part < options.part_size && static_cast<double>(part) < wanted) part *= 2;
