@@ -22,6 +22,25 @@
 namespace stoker::python {
 namespace {
 
+// A service mode from Python (a str, e.g. distribute's sharding): ParseMode's error as ValueError.
+template <typename Mode>
+Mode ModeArgument(const py::handle& value) {
+  return ValueOrRaise(service::ParseMode<Mode>(py::str(value).cast<std::string>()));
+}
+
+// stoker._stoker.service_mode(field, value): value's spelling if it is one of the mode's, else
+// ValueError naming the mode, the value and the allowed values (what distribute checks at once).
+std::string ServiceMode(const std::string& field, const py::object& value) {
+  if (field == "sharding") return std::string(ModeName(ModeArgument<service::Sharding>(value)));
+  if (field == "partial_round")
+    return std::string(ModeName(ModeArgument<service::PartialRound>(value)));
+  if (field == "on_fall_behind")
+    return std::string(ModeName(ModeArgument<service::OnFallBehind>(value)));
+  if (field == "compression")
+    return std::string(ModeName(ModeArgument<service::Compression>(value)));
+  throw py::value_error("service_mode: no service mode '" + field + "'");
+}
+
 // One consumer of a service job (service::ServiceClient), epoch by epoch: next() returns the
 // epoch's elements, then None at its end; advance_epoch() moves on.
 class ServiceConsumer {
@@ -30,13 +49,13 @@ class ServiceConsumer {
     service::ServiceClientOptions options;
     options.dispatcher_address = o["dispatcher"].cast<std::string>();
     options.job_name = o["job_name"].cast<std::string>();
-    options.sharding = o["sharding"].cast<std::string>();
-    options.compression = o["compression"].cast<std::string>();
+    options.sharding = ModeArgument<service::Sharding>(o["sharding"]);
+    options.compression = ModeArgument<service::Compression>(o["compression"]);
     options.num_epochs = o["num_epochs"].cast<int64_t>();
     options.first_epoch = o["first_epoch"].cast<int64_t>();
     options.num_consumers = o["num_consumers"].cast<int64_t>();
     options.consumer_index = o["consumer_index"].cast<int64_t>();
-    options.partial_round = o["partial_round"].cast<std::string>();
+    options.partial_round = ModeArgument<service::PartialRound>(o["partial_round"]);
     options.deterministic = o["deterministic"].cast<bool>();
     if (o.contains("display_name") && !o["display_name"].is_none())
       options.display_name = o["display_name"].cast<std::string>();
@@ -50,7 +69,7 @@ class ServiceConsumer {
     if (o.contains("cross_trainer_cache")) {
       options.cross_trainer_cache = o["cross_trainer_cache"].cast<bool>();
       options.trainer_id = o["trainer_id"].cast<std::string>();
-      options.on_fall_behind = o["on_fall_behind"].cast<std::string>();
+      options.on_fall_behind = ModeArgument<service::OnFallBehind>(o["on_fall_behind"]);
     }
     if (o.contains("resume") && !o["resume"].is_none())
       options.resume = o["resume"].cast<std::string>();
@@ -212,6 +231,7 @@ class WorkerServer {
 }  // namespace
 
 void BindService(py::module_& m) {
+  m.def("service_mode", &ServiceMode, py::arg("field"), py::arg("value"));
   py::class_<ServiceConsumer>(m, "ServiceConsumer")
       .def(py::init<const py::dict&>(), py::arg("options"))
       .def("next", &ServiceConsumer::Next)

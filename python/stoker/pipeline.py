@@ -192,14 +192,9 @@ class Pipeline:
             raise NotImplementedError(
                 "Pipeline.distribute: this build has no service client (src/stoker/service); "
                 "run in-process by iterating the pipeline")
-        if compression not in ("none", "zstd", "lz4"):
-            raise ValueError(f"distribute: unknown compression {compression!r}: use 'none', "
-                             "'zstd' or 'lz4'")
-        if sharding not in ("dynamic", "off"):
-            raise ValueError(f"distribute: unknown sharding {sharding!r}: use 'dynamic' or 'off'")
-        if partial_round not in ("drop", "pad"):
-            raise ValueError(f"distribute: unknown partial_round {partial_round!r}: use 'drop' or "
-                             "'pad'")
+        compression = _service_mode("compression", compression)
+        sharding = _service_mode("sharding", sharding)
+        partial_round = _service_mode("partial_round", partial_round)
         if (num_consumers is None) != (consumer_index is None):
             raise ValueError("distribute: give num_consumers and consumer_index together")
         if num_consumers is not None and not 0 <= consumer_index < num_consumers:
@@ -208,9 +203,7 @@ class Pipeline:
         if cross_trainer_cache and (not job_name or not trainer_id):
             raise ValueError("distribute: cross_trainer_cache needs a job_name (shared by the "
                              "trainers) and a trainer_id for each trainer")
-        if on_fall_behind not in ("recompute", "skip"):
-            raise ValueError(f"distribute: unknown on_fall_behind {on_fall_behind!r}: use "
-                             "'recompute' or 'skip'")
+        on_fall_behind = _service_mode("on_fall_behind", on_fall_behind)
         if deterministic is None:
             # In order, unless the job is named to be shared (first come first served).
             deterministic = (not job_name or num_consumers is not None or
@@ -583,6 +576,16 @@ class DistributedPipeline:
             self.close()
         except Exception:
             pass
+
+
+def _service_mode(field, value):
+    """distribute's `field` (sharding, partial_round, on_fall_behind, compression) as the service
+    spells it; ValueError naming the argument, the value and the allowed values. The spellings
+    live in the C++ service (service/common/modes.cc), which the CLI reads them with too."""
+    try:
+        return _stoker.service_mode(field, value)
+    except ValueError as e:
+        raise ValueError(f"distribute: {e}") from None
 
 
 def _display_name():

@@ -283,6 +283,35 @@ def test_a_worker_killed_under_a_shared_job_gives_no_element_to_two_consumers(st
         "3 times a consumer finished before both had delivered 20 batches"
 
 
+def test_modes_are_checked_once_naming_the_argument_value_and_choices(stoker_bin, tmp_path):
+    # distribute refuses a bad mode at once (no dispatcher needed), with the service's own
+    # spellings (the table the CLI reads too).
+    pipe = stoker.memory_range(12)
+    for kwargs, message in [
+            ({"sharding": "sideways"}, "sharding 'sideways': use 'dynamic' or 'off'"),
+            ({"compression": "gzip"}, "compression 'gzip': use 'none', 'zstd' or 'lz4'"),
+            ({"partial_round": "Pad"}, "partial_round 'Pad': use 'drop' or 'pad'"),
+            ({"on_fall_behind": 3}, "on_fall_behind '3': use 'recompute' or 'skip'")]:
+        with pytest.raises(ValueError) as err:
+            pipe.distribute("127.0.0.1:1", **kwargs)
+        assert str(err.value) == "distribute: unknown " + message, str(err.value)
+    r = subprocess.run([stoker_bin, "consume", "--dispatcher", "127.0.0.1:1",
+                        write_spec(tmp_path, {"source": {"range": 12}}), "--partial-round", "Pad"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0, r.stderr
+    assert ("--partial-round: unknown partial_round 'Pad': use 'drop' or 'pad'" in r.stderr), \
+        r.stderr
+    # Good modes reach the workers: sharding off with lz4 from two workers is every key twice.
+    with Cluster(stoker_bin, tmp_path / "cluster") as cluster:
+        cluster.add_worker()
+        cluster.add_worker()
+        cluster.wait_for_workers(2)
+        served = pipe.distribute(cluster.address, sharding="off", compression="lz4", num_epochs=1)
+        keys = [k for element in served for k in element["__keys__"]]
+        served.close()
+    assert sorted(keys) == sorted([str(i) for i in range(12)] * 2), keys
+
+
 def test_parameters_that_disagree_are_refused(stoker_bin, tmp_path):
     spec = write_spec(tmp_path, {"source": {"range": 1000000}})
     with Cluster(stoker_bin, tmp_path / "cluster") as cluster:

@@ -39,26 +39,53 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "stoker/data/tensor.h"
 
 namespace stoker::service {
+
+// The service's modes. Each is spelled by one table (service/common/modes.cc): ParseMode reads
+// the spelling of a flag, a Python argument or a journal entry, ModeName writes it for logs, the
+// status page, /metrics and the journal. Their numbers are those of the wire's enums
+// (proto/stoker/service.proto), where 0 means "unspecified: the default".
+enum class Sharding { kDynamic = 1, kOff = 2 };   // "dynamic" (default) or "off"
+enum class PartialRound { kDrop = 1, kPad = 2 };  // coordinated reads: "drop" (default) or "pad"
+enum class OnFallBehind { kRecompute = 1, kSkip = 2 };  // "recompute" (default) or "skip"
+
+// "dynamic" -> Sharding::kDynamic, ...; anything else is InvalidArgument naming the mode, the
+// value and the allowed values ("unknown sharding 'x': use 'dynamic' or 'off'"). Instantiated for
+// Sharding, PartialRound, OnFallBehind and Compression (service/common/element_codec.h).
+template <typename Mode>
+absl::StatusOr<Mode> ParseMode(std::string_view text);
+// OK for a value of the enum, else InvalidArgument like ParseMode's (e.g. a number cast to it).
+template <typename Mode>
+absl::Status CheckMode(Mode mode);
+// The mode's name as ParseMode reads it ("sharding", "partial_round", ...) and its spellings.
+template <typename Mode>
+std::string_view ModeField();
+template <typename Mode>
+std::vector<std::string_view> ModeNames();
+std::string_view ModeName(Sharding mode);
+std::string_view ModeName(PartialRound mode);
+std::string_view ModeName(OnFallBehind mode);
 
 struct ConsumerOptions {
   std::string dispatcher_address;  // HOST:PORT or grpc://HOST:PORT of `stoker dispatcher`
   // A job name makes a job other consumers can join while it runs (each element goes to one of
   // them; set deterministic = false). Empty: an anonymous job of this consumer's own.
   std::string job_name;
-  std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
-  int64_t num_epochs = 1;            // a named job keeps the number it was created with
-  int64_t first_epoch = 0;           // the epoch the job starts at (its order and augmentation)
+  Sharding sharding = Sharding::kDynamic;  // or kOff: every worker runs the whole pipeline
+  int64_t num_epochs = 1;                  // a named job keeps the number it was created with
+  int64_t first_epoch = 0;  // the epoch the job starts at (its order and augmentation)
   // Coordinated reads: num_consumers > 0 consumers (e.g. the ranks of a synchronous training job)
   // each get one batch per round, every consumer the same number per epoch; this one is
   // consumer_index (0 .. num_consumers - 1). All of them give the same job_name.
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
-  std::string partial_round = "drop";  // coordinated: "drop" or "pad" an incomplete round
+  PartialRound partial_round = PartialRound::kDrop;  // coordinated: drop or pad an incomplete round
   // true: deliver in the job's global order (that of `stoker run`), whatever the number of
   // workers and across workers that die; coordinated jobs always do. false: each element as it
   // arrives (fastest first), which a job shared by several consumers needs.

@@ -36,18 +36,18 @@ struct ConsumeOptions {
   std::string job_name;
   std::string display_name;           // empty: <user>@<host>:stoker consume
   double wait_for_dispatcher_s = -1;  // < 0: STOKER_WAIT_FOR_DISPATCHER, else 0
-  std::string sharding = "dynamic";
-  std::string compression = "none";
+  service::Sharding sharding = service::Sharding::kDynamic;
+  service::Compression compression = service::Compression::kNone;
   int requests_per_worker = 2;
   bool no_shm = false;  // payloads in the reply even from a worker on this host
   int64_t epochs = 1;
   int64_t first_epoch = 0;
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
-  std::string partial_round = "drop";
+  service::PartialRound partial_round = service::PartialRound::kDrop;
   bool cross_trainer_cache = false;
   std::string trainer_id;
-  std::string on_fall_behind = "recompute";
+  service::OnFallBehind on_fall_behind = service::OnFallBehind::kRecompute;
   bool deterministic = false;     // --deterministic
   bool no_deterministic = false;  // --no-deterministic
   int64_t prefetch_mb = 256;
@@ -287,13 +287,11 @@ void RegisterConsumeCommand(CLI::App& app, absl::Status* result) {
                 "fails at once). Once the job is open, a restarting dispatcher is always waited "
                 "for")
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--sharding", consume_options.sharding,
-                "dynamic (each sample once, split by split) or off (every worker runs it all)")
-      ->check(CLI::IsMember({"dynamic", "off"}));
-  c->add_option("--compression", consume_options.compression,
+  AddModeOption(c, "--sharding", &consume_options.sharding,
+                "dynamic (each sample once, split by split) or off (every worker runs it all)");
+  AddModeOption(c, "--compression", &consume_options.compression,
                 "compress element payloads on the wire: none (default), zstd or lz4; pays off "
-                "when the network, not the workers' CPU, limits the job")
-      ->check(CLI::IsMember({"none", "zstd", "lz4"}));
+                "when the network, not the workers' CPU, limits the job");
   c->add_option("--requests-per-worker", consume_options.requests_per_worker,
                 "element requests in flight to each worker (default 2)")
       ->check(CLI::PositiveNumber);
@@ -313,18 +311,16 @@ void RegisterConsumeCommand(CLI::App& app, absl::Status* result) {
   c->add_option("--consumer-index", consume_options.consumer_index,
                 "coordinated reads: which consumer this is, 0 .. N-1")
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--partial-round", consume_options.partial_round,
-                "coordinated reads: drop (default) or pad a split's incomplete round")
-      ->check(CLI::IsMember({"drop", "pad"}));
+  AddModeOption(c, "--partial-round", &consume_options.partial_round,
+                "coordinated reads: drop (default) or pad a split's incomplete round");
   c->add_flag("--cross-trainer-cache", consume_options.cross_trainer_cache,
               "with --job-name and --trainer-id: every trainer of the job reads all of it, "
               "produced once (workers keep a window of recent elements for trainers behind)");
   c->add_option("--trainer-id", consume_options.trainer_id,
                 "cross-trainer cache: this trainer's id, one per trainer of the job");
-  c->add_option("--on-fall-behind", consume_options.on_fall_behind,
+  AddModeOption(c, "--on-fall-behind", &consume_options.on_fall_behind,
                 "cross-trainer cache: recompute (default: a trainer behind the window gets what "
-                "it missed computed again) or skip (it is skipped and counted)")
-      ->check(CLI::IsMember({"recompute", "skip"}));
+                "it missed computed again) or skip (it is skipped and counted)");
   c->add_flag("--deterministic", consume_options.deterministic,
               "deliver in the job's global order, the order of `stoker run` whatever the number "
               "of workers (the default, except for a --job-name without --num-consumers); one "

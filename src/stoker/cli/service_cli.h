@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "stoker/service/common/security.h"
+#include "stoker/service/consumer.h"
 
 namespace stoker::cli {
 
@@ -26,6 +28,26 @@ enum SecuritySides { kServes = 1, kDials = 2 };
 // TLS and token flags (docs/security.md), and their environment variables in --help's footer.
 // `sides` is a mask of SecuritySides.
 void AddSecurityOptions(CLI::App* app, service::SecurityOptions* o, int sides, bool worker);
+
+// A flag whose value is a service mode (consumer.h), read by ParseMode into *mode; a bad value is
+// refused with ParseMode's message after the flag's name ("--sharding: unknown sharding 'x': use
+// 'dynamic' or 'off'"). --help shows TEXT:{the mode's spellings}.
+template <typename Mode>
+CLI::Option* AddModeOption(CLI::App* app, const std::string& flag, Mode* mode,
+                           const std::string& help) {
+  CLI::Option* option = app->add_option_function<std::string>(
+      flag,
+      [mode, flag](const std::string& text) {
+        absl::StatusOr<Mode> parsed = service::ParseMode<Mode>(text);
+        if (!parsed.ok()) throw CLI::ValidationError(flag, std::string(parsed.status().message()));
+        *mode = *parsed;
+      },
+      help);
+  std::string names;
+  for (std::string_view name : service::ModeNames<Mode>())
+    names += (names.empty() ? "" : ",") + std::string(name);
+  return option->type_name("TEXT:{" + names + "}");
+}
 
 // stoker dispatcher and stoker worker.
 void RegisterServerCommands(CLI::App& app, absl::Status* result);

@@ -23,19 +23,19 @@ namespace {
 // (Fixed in 53c2ac1.)
 TEST_F(ServiceRpcTest, HostileSampleCountsDoNotPoisonTheJournal) {
   for (const auto& [sharding, num_samples] :
-       std::vector<std::pair<std::string, int64_t>>{{"dynamic", kMaxInt},
-                                                    {"dynamic", int64_t{1} << 62},
-                                                    {"off", -1},
-                                                    {"off", kMinInt},
-                                                    {"off", kMaxInt}}) {
+       std::vector<std::pair<ShardingMode, int64_t>>{{SHARDING_DYNAMIC, kMaxInt},
+                                                     {SHARDING_DYNAMIC, int64_t{1} << 62},
+                                                     {SHARDING_OFF, -1},
+                                                     {SHARDING_OFF, kMinInt},
+                                                     {SHARDING_OFF, kMaxInt}}) {
     GetOrCreateJobRequest req;
     req.set_spec_json(RangeSpec(10));
     req.set_fingerprint(Fingerprint(RangeSpec(10)));
-    req.set_sharding(sharding);
+    req.set_sharding_mode(sharding);
     req.set_num_samples(num_samples);
     GetOrCreateJobResponse resp;
     grpc::Status s = GetOrCreateJob(req, &resp);
-    if (s.ok() && sharding == "dynamic") {
+    if (s.ok() && sharding == SHARDING_DYNAMIC) {
       // The spec has 10 samples: splits past them are an error at the worker.
       EXPECT_NE(WaitForJobError(resp.job_id()), "") << num_samples;
     } else if (!s.ok()) {

@@ -493,11 +493,20 @@ TEST_F(ServiceRpcTest, HostileValuesGetErrorsOrSaneReplies) {
     ok.set_num_samples(10);
     expect_code(GetOrCreateJobRequest(), grpc::StatusCode::INVALID_ARGUMENT, "empty request");
     auto r = ok;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // a client built before the enums
     r.set_sharding("bogus");
     expect_code(r, grpc::StatusCode::INVALID_ARGUMENT, "sharding bogus");
+    r = ok;  // a mode number this dispatcher does not know (a later client's)
+    r.set_sharding_mode(static_cast<ShardingMode>(7));
+    expect_code(r, grpc::StatusCode::INVALID_ARGUMENT, "sharding mode 7");
+    r = ok;
+    r.set_on_fall_behind_mode(static_cast<OnFallBehindMode>(-1));
+    expect_code(r, grpc::StatusCode::INVALID_ARGUMENT, "on_fall_behind mode -1");
     r = ok;
     r.set_compression("bogus");
     expect_code(r, grpc::StatusCode::INVALID_ARGUMENT, "compression bogus");
+#pragma GCC diagnostic pop
     r = ok;
     r.set_spec_json("");
     expect_code(r, grpc::StatusCode::INVALID_ARGUMENT, "empty spec");

@@ -30,6 +30,7 @@
 #include "stoker/service/client/checkpoint.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
+#include "stoker/service/common/modes_proto.h"
 #include "stoker/service/common/net_util.h"
 
 namespace stoker::service {
@@ -135,10 +136,10 @@ namespace {
 
 // What the options say of themselves (before anything is sent).
 absl::Status CheckOptions(const ServiceClientOptions& options) {
-  if (options.sharding != "dynamic" && options.sharding != "off")
-    return absl::InvalidArgumentError(
-        StrCat("unknown sharding '", options.sharding, "': use 'dynamic' or 'off'"));
-  RETURN_IF_ERROR(ParseCompression(options.compression).status());
+  RETURN_IF_ERROR(CheckMode(options.sharding));  // C++ callers may cast any number to a mode
+  RETURN_IF_ERROR(CheckMode(options.compression));
+  RETURN_IF_ERROR(CheckMode(options.partial_round));
+  RETURN_IF_ERROR(CheckMode(options.on_fall_behind));
   if (options.requests_per_worker < 1)
     return absl::InvalidArgumentError("requests_per_worker must be at least 1");
   if (options.num_consumers < 0 ||
@@ -193,7 +194,7 @@ absl::StatusOr<std::optional<ServiceCheckpoint>> CheckResume(const ServiceClient
                                                              int64_t* num_epochs) {
   if (options.resume.empty()) return std::nullopt;
   ASSIGN_OR_RETURN(ServiceCheckpoint token, ParseServiceCheckpoint(options.resume));
-  if (options.sharding != "dynamic")
+  if (options.sharding != Sharding::kDynamic)
     return absl::FailedPreconditionError("resuming from a checkpoint needs dynamic sharding");
   if (options.num_consumers > 0 && PositionBatch(spec) == 0)
     return absl::FailedPreconditionError(
@@ -294,8 +295,11 @@ GetOrCreateJobRequest ServiceClient::JobRequest(Epochs epochs,
   req.set_spec_json(spec_.dump());
   req.set_fingerprint(fingerprint_);
   req.set_job_name(options_.job_name);
-  req.set_sharding(options_.sharding);
-  req.set_compression(options_.compression);
+  SetModes({.sharding = options_.sharding,
+            .compression = options_.compression,
+            .partial_round = options_.partial_round,
+            .on_fall_behind = options_.on_fall_behind},
+           &req);
   req.set_num_epochs(epochs.count);
   req.set_first_epoch(epochs.first);
   if (token) {
@@ -312,11 +316,9 @@ GetOrCreateJobRequest ServiceClient::JobRequest(Epochs epochs,
     }
   }
   req.set_num_consumers(options_.num_consumers);
-  req.set_partial_round(options_.partial_round);
   req.set_deterministic(options_.deterministic && options_.num_consumers == 0 &&
-                        options_.sharding == "dynamic");
+                        options_.sharding == Sharding::kDynamic);
   req.set_cross_trainer_cache(options_.cross_trainer_cache);
-  req.set_on_fall_behind(options_.on_fall_behind);
   req.set_display_name(
       CutDisplayName(options_.display_name.empty() ? DefaultDisplayName() : options_.display_name));
   req.set_open_ended(options_.open_ended);

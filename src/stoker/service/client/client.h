@@ -39,6 +39,7 @@
 #include "stoker/data/to_device.h"
 #include "stoker/service.grpc.pb.h"
 #include "stoker/service/client/checkpoint.h"
+#include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
 #include "stoker/service/common/security.h"
 #include "stoker/service/common/shm_ring.h"
@@ -54,8 +55,8 @@ struct ServiceClientOptions {
   // num_epochs is only a cap: the caller reads as many epochs as it iterates (Python without
   // num_epochs). Operators then see the epochs delivered without a planned total.
   bool open_ended = false;
-  std::string sharding = "dynamic";  // or "off": every worker runs the whole pipeline
-  std::string compression;  // of the job's payloads on the wire: "" / "none", "zstd", "lz4"
+  Sharding sharding = Sharding::kDynamic;        // or kOff: every worker runs the whole pipeline
+  Compression compression = Compression::kNone;  // of the job's payloads on the wire
   int64_t num_epochs = 1;   // epochs of the job (a named job keeps the number it was created with)
   int64_t first_epoch = 0;  // the epoch the job starts at (its order and augmentation)
   // Coordinated reads: num_consumers > 0 consumers (e.g. the ranks of a synchronous training job)
@@ -63,7 +64,7 @@ struct ServiceClientOptions {
   // consumer `consumer_index`.
   int64_t num_consumers = 0;
   int64_t consumer_index = 0;
-  std::string partial_round = "drop";  // coordinated: "drop" or "pad" an incomplete round
+  PartialRound partial_round = PartialRound::kDrop;  // coordinated: drop or pad an incomplete round
   // Deliver in the job's global order (split by split, in split order: the order of `stoker run`),
   // whatever the number of workers and across workers that die. Coordinated jobs always do. false:
   // each element as it arrives (fastest first); a job shared by several consumers (job_name,
@@ -77,12 +78,12 @@ struct ServiceClientOptions {
   // runs (GetOrCreateJobRequest.replaces_job). 0: none.
   int64_t replaces_job = 0;
   // Cross-trainer cache (needs job_name): every trainer of the job reads all of it, produced
-  // once; each names itself with its own trainer_id. on_fall_behind: "recompute" (default: a
-  // trainer behind the workers' window gets the elements it missed computed again) or "skip"
+  // once; each names itself with its own trainer_id. on_fall_behind: kRecompute (default: a
+  // trainer behind the workers' window gets the elements it missed computed again) or kSkip
   // (tf.data's behaviour: they are skipped, and counted in stats().cache_skipped).
   bool cross_trainer_cache = false;
   std::string trainer_id;
-  std::string on_fall_behind = "recompute";
+  OnFallBehind on_fall_behind = OnFallBehind::kRecompute;
   // Shared memory (docs/protocol.md): a worker on this host hands payloads over through a segment
   // this process maps, instead of in the reply (the requests, acknowledgements and exactly-once
   // bookkeeping stay the same). false: always in the reply (`stoker consume --no-shm`).

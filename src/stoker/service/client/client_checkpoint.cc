@@ -12,7 +12,7 @@ namespace stoker::service {
 
 absl::StatusOr<std::string> ServiceClient::Checkpoint() {
   absl::MutexLock lock(&mu_);
-  if (options_.sharding != "dynamic")
+  if (options_.sharding != Sharding::kDynamic)
     return absl::FailedPreconditionError("checkpoints through the service need dynamic sharding");
   const bool coordinated = options_.num_consumers > 0;
   if (coordinated && position_batch_ == 0)

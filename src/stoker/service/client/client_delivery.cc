@@ -88,7 +88,7 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d, Buffer payload) {
 
 std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
   *epoch_over = false;
-  if (options_.sharding == "off") {
+  if (options_.sharding == Sharding::kOff) {
     if (fifo_.empty()) {
       *epoch_over = finished_;
       return std::nullopt;

@@ -177,7 +177,7 @@ void ServiceClient::FetchLoop() {
     for (ElementData& d : *resp.mutable_elements()) {
       // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
       // the consumer gets a clear error instead.
-      const bool off = options_.sharding == "off";
+      const bool off = options_.sharding == Sharding::kOff;
       if (d.index() < 0 || d.sequence() < 0 || d.sequence() > kMaxSequence ||
           (off ? d.split_id() != -1 : d.split_id() < 0)) {
         error_ = absl::DataLossError(
@@ -210,7 +210,7 @@ void ServiceClient::FetchLoop() {
       if (d.split_id() >= 0) f->mid_split = !d.last();
       if (!Accept(f, &d, std::move(payload))) ++stats_.duplicates;
     }
-    if (options_.sharding == "off" && resp.stream_end() >= 0 &&
+    if (options_.sharding == Sharding::kOff && resp.stream_end() >= 0 &&
         f->received_below >= resp.stream_end())
       f->ended = true;
   }

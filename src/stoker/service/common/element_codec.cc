@@ -110,26 +110,6 @@ absl::StatusOr<Buffer> Decompress(const Buffer& all) {
 
 }  // namespace
 
-absl::StatusOr<Compression> ParseCompression(std::string_view name) {
-  if (name.empty() || name == "none") return Compression::kNone;
-  if (name == "zstd") return Compression::kZstd;
-  if (name == "lz4") return Compression::kLz4;
-  return absl::InvalidArgumentError(
-      StrCat("unknown compression '", name, "': use none, zstd or lz4"));
-}
-
-std::string_view CompressionName(Compression c) {
-  switch (c) {
-    case Compression::kZstd:
-      return "zstd";
-    case Compression::kLz4:
-      return "lz4";
-    case Compression::kNone:
-      break;
-  }
-  return "none";
-}
-
 namespace {
 
 // Builds the uncompressed encoding as pieces: header bytes accumulate in `header` until a

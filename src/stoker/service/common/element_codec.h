@@ -20,14 +20,15 @@
 #include "absl/status/statusor.h"
 #include "stoker/core/buffer.h"
 #include "stoker/data/tensor.h"
+#include "stoker/service/consumer.h"
 
 namespace stoker::service {
 
 enum class Compression : uint8_t { kNone = 0, kZstd = 1, kLz4 = 2 };
 
-// "", "none", "zstd", "lz4" -> the algorithm; anything else is an InvalidArgument error.
-absl::StatusOr<Compression> ParseCompression(std::string_view name);
-std::string_view CompressionName(Compression c);
+// A job's compression is a service mode: ParseMode<Compression> reads "none", "zstd" or "lz4",
+// ModeName writes it (common/modes.cc).
+std::string_view ModeName(Compression c);
 
 // The largest element DecodeElement accepts once decompressed (a bound on what a hostile payload
 // can make it allocate).

@@ -17,6 +17,7 @@
 #include "stoker/core/thread.h"
 #include "stoker/data/pipeline.h"
 #include "stoker/service/common/element_codec.h"
+#include "stoker/service/common/modes_proto.h"
 #include "stoker/service/dispatcher/dispatcher_grpc.h"
 #include "stoker/service/dispatcher/durable_reply.h"
 
@@ -194,11 +195,8 @@ void Dispatcher::RecordEvent(const char* level, std::string message) {
 absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                                         GetOrCreateJobResponse* resp) {
   SyncBeforeReply durable{journal_.get()};
-  std::string sharding = req.sharding().empty() ? "dynamic" : req.sharding();
-  if (sharding != "dynamic" && sharding != "off")
-    return absl::InvalidArgumentError(
-        StrCat("unknown sharding '", sharding, "': use 'dynamic' or 'off'"));
-  ASSIGN_OR_RETURN(Compression compression, ParseCompression(req.compression()));
+  ASSIGN_OR_RETURN(const JobModes modes, ModesOf(req));
+  const Sharding sharding = modes.sharding;
   const int64_t num_epochs = req.num_epochs() == 0 ? 1 : req.num_epochs();
   if (num_epochs < 1 || num_epochs > DispatcherState::kMaxEpochs)
     return absl::InvalidArgumentError(
@@ -224,15 +222,11 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   if (req.num_consumers() < 0 || req.num_consumers() > DispatcherState::kMaxConsumers)
     return absl::InvalidArgumentError(StrCat("num_consumers ", req.num_consumers(), " is not 0 .. ",
                                              DispatcherState::kMaxConsumers));
-  const std::string partial_round = req.partial_round().empty() ? "drop" : req.partial_round();
-  if (partial_round != "drop" && partial_round != "pad")
-    return absl::InvalidArgumentError(
-        StrCat("unknown partial_round '", partial_round, "': use 'drop' or 'pad'"));
   // A resumed checkpoint: the pieces of the first epoch left to run (checked here so that a bad
   // request is an error for its sender, not a journal entry the state refuses).
   nlohmann::json resume = nlohmann::json::array();
   if (req.resuming()) {
-    if (sharding != "dynamic" || req.num_samples() <= 0)
+    if (sharding != Sharding::kDynamic || req.num_samples() <= 0)
       return absl::InvalidArgumentError(
           "resuming a checkpoint needs dynamic sharding and the token's num_samples");
     int64_t last_end = 0;
@@ -246,20 +240,15 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
       resume.push_back({p.begin(), p.end(), p.exact()});
     }
   }
-  const std::string on_fall_behind =
-      req.on_fall_behind().empty() ? "recompute" : req.on_fall_behind();
-  if (on_fall_behind != "recompute" && on_fall_behind != "skip")
-    return absl::InvalidArgumentError(
-        StrCat("unknown on_fall_behind '", on_fall_behind, "': use 'recompute' or 'skip'"));
   if (req.cross_trainer_cache() &&
-      (req.job_name().empty() || sharding != "dynamic" || req.num_consumers() > 0))
+      (req.job_name().empty() || sharding != Sharding::kDynamic || req.num_consumers() > 0))
     return absl::InvalidArgumentError(
         "cross_trainer_cache needs a job_name (the trainers share the job by name), dynamic "
         "sharding and no num_consumers");
   if (req.display_name().size() > kMaxDisplayName)
     return absl::InvalidArgumentError(
         StrCat("display_name of ", req.display_name().size(), " bytes; at most ", kMaxDisplayName));
-  if (sharding == "off" && req.num_consumers() > 0)
+  if (sharding == Sharding::kOff && req.num_consumers() > 0)
     return absl::InvalidArgumentError(
         "coordinated reads (num_consumers) need dynamic sharding: with sharding off every worker "
         "runs the whole pipeline, so rounds cannot be formed");
@@ -286,15 +275,17 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
         diff = StrCat(what, " (the job has ", theirs, ", this request ", ours, ")");
     };
     if (job->fingerprint != req.fingerprint()) diff = "the pipeline spec (fingerprint)";
-    differs("sharding", job->sharding, sharding);
+    differs("sharding", ModeName(job->sharding), ModeName(sharding));
     differs("num_consumers", job->num_consumers, req.num_consumers());
-    if (job->num_consumers > 0) differs("partial_round", job->partial_round, partial_round);
+    if (job->num_consumers > 0)
+      differs("partial_round", ModeName(job->partial_round), ModeName(modes.partial_round));
     differs("deterministic", std::string(job->deterministic ? "true" : "false"),
             std::string(req.deterministic() ? "true" : "false"));
     differs("first_epoch", job->first_epoch, req.first_epoch());
     differs("cross_trainer_cache", std::string(job->cross_trainer_cache ? "true" : "false"),
             std::string(req.cross_trainer_cache() ? "true" : "false"));
-    if (job->cross_trainer_cache) differs("on_fall_behind", job->on_fall_behind, on_fall_behind);
+    if (job->cross_trainer_cache)
+      differs("on_fall_behind", ModeName(job->on_fall_behind), ModeName(modes.on_fall_behind));
     if (job->resumed || req.resuming()) {
       nlohmann::json theirs = nlohmann::json::array();
       for (const auto& p : job->resume) theirs.push_back({p.begin, p.end, p.exact});
@@ -328,19 +319,19 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
                            {"name", req.job_name()},
                            {"fingerprint", req.fingerprint()},
                            {"num_samples", req.num_samples()},
-                           {"sharding", sharding},
-                           {"compression", CompressionName(compression)},
+                           {"sharding", ModeName(sharding)},
+                           {"compression", ModeName(modes.compression)},
                            {"num_epochs", num_epochs},
                            {"first_epoch", req.first_epoch()},
                            {"num_consumers", req.num_consumers()},
-                           {"partial_round", partial_round},
+                           {"partial_round", ModeName(modes.partial_round)},
                            {"deterministic", req.deterministic()},
                            {"display_name", Printable(req.display_name())},
                            {"created", absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())}};
   if (req.open_ended()) create["open_ended"] = true;
   if (req.cross_trainer_cache()) {
     create["cross_trainer_cache"] = true;
-    create["on_fall_behind"] = on_fall_behind;
+    create["on_fall_behind"] = ModeName(modes.on_fall_behind);
   }
   // Journaled with the job: replayed, it resumes at the same point.
   if (req.resuming()) create["resume"] = std::move(resume);
@@ -348,7 +339,7 @@ absl::Status Dispatcher::GetOrCreateJob(const GetOrCreateJobRequest& req,
   job_unconsumed_since_[id] = Clock::now();
   SPDLOG_INFO(
       "dispatcher: job {}{} created (sharding {}, epochs {}{} from {}{}{})", id,
-      req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), sharding,
+      req.job_name().empty() ? "" : StrCat(" '", req.job_name(), "'"), ModeName(sharding),
       req.open_ended() ? "up to " : "", num_epochs, req.first_epoch(),
       req.num_consumers() > 0 ? StrCat(", ", req.num_consumers(), " coordinated consumers")
                               : std::string(),

@@ -11,6 +11,7 @@
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/service/common/modes_proto.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 #include "stoker/service/dispatcher/durable_reply.h"
 
@@ -128,15 +129,16 @@ void Dispatcher::ListTasks(int64_t worker_id, const std::set<int64_t>& running,
     Task* t = resp->add_tasks();
     t->set_job_id(job_id);
     t->set_spec_json(state_.datasets().at(job.fingerprint));
-    t->set_sharding(job.sharding);
-    t->set_compression(job.compression);
+    SetModes({.sharding = job.sharding,
+              .compression = job.compression,
+              .partial_round = job.partial_round,
+              .on_fall_behind = job.on_fall_behind},
+             t);
     t->set_num_epochs(job.num_epochs);
     t->set_first_epoch(job.first_epoch);
     t->set_num_consumers(job.num_consumers);
-    t->set_partial_round(job.partial_round);
     t->set_cross_trainer_cache(job.cross_trainer_cache);
-    t->set_on_fall_behind(job.on_fall_behind);
-    t->set_needs_size(job.sharding == "dynamic" && job.num_samples == 0);
+    t->set_needs_size(job.sharding == Sharding::kDynamic && job.num_samples == 0);
     for (int64_t index : job.departed) t->add_departed_consumers(index);
     size_t n = job.removed_clients.size();
     for (size_t i = n > kRemovedClientsListed ? n - kRemovedClientsListed : 0; i < n; ++i)
@@ -172,7 +174,7 @@ absl::Status Dispatcher::GetSplit(const GetSplitRequest& req, GetSplitResponse* 
     resp->set_kind(GetSplitResponse::END);
     return absl::OkStatus();
   }
-  if (job->sharding == "dynamic" && req.num_samples() > 0 &&
+  if (job->sharding == Sharding::kDynamic && req.num_samples() > 0 &&
       job->num_samples != req.num_samples()) {
     if (job->num_samples == 0) {
       RETURN_IF_ERROR(Update(
@@ -371,7 +373,7 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     // An unhealthy worker serves only the jobs it already ran; with sharding off, its stream of
     // a job it does not run counts as consumed (empty), so the job can finish without it.
     if (unhealthy_.count(id) && !running_[id].count(job->id)) {
-      if (job->sharding == "off" && !job->ended_workers.count(id))
+      if (job->sharding == Sharding::kOff && !job->ended_workers.count(id))
         RETURN_IF_ERROR(Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", id}}));
       continue;
     }

@@ -95,8 +95,17 @@ void RunCalls(Dispatcher* d, Input* in) {
                                      : Fingerprint(req.spec_json()));
         req.set_num_samples(in->Int());
         req.set_job_name(in->Pick(kNames));
+        // The modes as enums (3, 4: numbers no mode has), or unspecified with the deprecated
+        // strings of a client built before the enums.
+        req.set_sharding_mode(static_cast<ShardingMode>(in->Byte() % 4));
+        req.set_compression_mode(static_cast<CompressionMode>(in->Byte() % 5));
+        req.set_partial_round_mode(static_cast<PartialRoundMode>(in->Byte() % 4));
+        req.set_on_fall_behind_mode(static_cast<OnFallBehindMode>(in->Byte() % 4));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
         req.set_sharding(in->Pick(kShardings));
         req.set_compression(in->Pick(kCompressions));
+#pragma GCC diagnostic pop
         req.set_num_epochs(in->Int());
         if (in->Byte() % 4 == 0) {  // resuming a checkpoint, with arbitrary pieces
           req.set_resuming(true);

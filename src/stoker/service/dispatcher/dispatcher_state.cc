@@ -69,7 +69,7 @@ int64_t DispatcherState::next_split_id(int64_t job_id) const {
 }
 
 bool DispatcherState::JobFinished(const Job& job) const {
-  if (job.sharding == "off") {
+  if (job.sharding == Sharding::kOff) {
     if (job.ended_workers.empty()) return false;
     for (const auto& [id, w] : workers_)
       if (!job.ended_workers.count(id)) return false;
@@ -142,6 +142,16 @@ absl::StatusOr<std::string> GetString(const json& u, const char* key,
   return it->get<std::string>();
 }
 
+// A mode, spelled as ModeName writes it; `fallback` (the default) when absent.
+template <typename Mode>
+absl::StatusOr<Mode> GetMode(const json& u, const char* key, Mode fallback) {
+  if (!u.contains(key)) return fallback;
+  ASSIGN_OR_RETURN(std::string text, GetString(u, key));
+  absl::StatusOr<Mode> mode = ParseMode<Mode>(text);
+  if (!mode.ok()) return Malformed(u, std::string(mode.status().message()));
+  return mode;
+}
+
 // Coordinated reads: every consumer acknowledged its part of the split, or left.
 bool CoordinatedDone(const DispatcherState::Job& job, const DispatcherState::SplitInfo& split) {
   for (int64_t i = 0; i < job.num_consumers; ++i)
@@ -198,8 +208,8 @@ absl::Status DispatcherState::Apply(const json& u) {
       ASSIGN_OR_RETURN(job.name, GetString(u, "name", ""));
       ASSIGN_OR_RETURN(job.fingerprint, GetString(u, "fingerprint"));
       ASSIGN_OR_RETURN(job.num_samples, GetInt(u, "num_samples"));
-      ASSIGN_OR_RETURN(job.sharding, GetString(u, "sharding", "dynamic"));
-      ASSIGN_OR_RETURN(job.compression, GetString(u, "compression", "none"));
+      ASSIGN_OR_RETURN(job.sharding, GetMode(u, "sharding", job.sharding));
+      ASSIGN_OR_RETURN(job.compression, GetMode(u, "compression", job.compression));
       if (u.contains("num_epochs")) {
         ASSIGN_OR_RETURN(job.num_epochs, GetInt(u, "num_epochs"));
       }
@@ -209,7 +219,7 @@ absl::Status DispatcherState::Apply(const json& u) {
       if (u.contains("num_consumers")) {
         ASSIGN_OR_RETURN(job.num_consumers, GetInt(u, "num_consumers"));
       }
-      ASSIGN_OR_RETURN(job.partial_round, GetString(u, "partial_round", "drop"));
+      ASSIGN_OR_RETURN(job.partial_round, GetMode(u, "partial_round", job.partial_round));
       if (u.contains("deterministic")) {
         if (!u["deterministic"].is_boolean()) return Malformed(u, "'deterministic' is not a bool");
         job.deterministic = u["deterministic"].get<bool>();
@@ -219,7 +229,7 @@ absl::Status DispatcherState::Apply(const json& u) {
           return Malformed(u, "'cross_trainer_cache' is not a bool");
         job.cross_trainer_cache = u["cross_trainer_cache"].get<bool>();
       }
-      ASSIGN_OR_RETURN(job.on_fall_behind, GetString(u, "on_fall_behind", "recompute"));
+      ASSIGN_OR_RETURN(job.on_fall_behind, GetMode(u, "on_fall_behind", job.on_fall_behind));
       ASSIGN_OR_RETURN(job.display_name, GetString(u, "display_name", ""));
       if (u.contains("created")) {
         if (!u["created"].is_number() || !std::isfinite(u["created"].get<double>()) ||
@@ -231,28 +241,22 @@ absl::Status DispatcherState::Apply(const json& u) {
         if (!u["open_ended"].is_boolean()) return Malformed(u, "'open_ended' is not a bool");
         job.open_ended = u["open_ended"].get<bool>();
       }
-      if (job.on_fall_behind != "recompute" && job.on_fall_behind != "skip")
-        return Malformed(u, "'on_fall_behind' is neither 'recompute' nor 'skip'");
-      if (job.cross_trainer_cache && (job.num_consumers > 0 || job.sharding != "dynamic"))
+      if (job.cross_trainer_cache && (job.num_consumers > 0 || job.sharding != Sharding::kDynamic))
         return Malformed(u, "'cross_trainer_cache' needs dynamic sharding and no num_consumers");
       if (job.first_epoch < 0 || job.first_epoch > kMaxEpochs)
         return Malformed(u, StrCat("'first_epoch' must be 0 .. ", kMaxEpochs));
       if (job.num_consumers < 0 || job.num_consumers > kMaxConsumers)
         return Malformed(u, StrCat("'num_consumers' must be 0 .. ", kMaxConsumers));
-      if (job.partial_round != "drop" && job.partial_round != "pad")
-        return Malformed(u, "'partial_round' is neither 'drop' nor 'pad'");
       if (job.num_epochs < 1 || job.num_epochs > kMaxEpochs)
         return Malformed(u, StrCat("'num_epochs' must be 1 .. ", kMaxEpochs));
       if (job.num_samples < 0 || job.num_samples > (int64_t{1} << 62) / job.num_epochs)
         return Malformed(u, "'num_samples' times 'num_epochs' must be 0 .. 2^62");
       if (jobs_.count(job.id)) return Malformed(u, "the job exists already");
       if (!datasets_.count(job.fingerprint)) return Malformed(u, "its dataset is not registered");
-      if (job.sharding != "dynamic" && job.sharding != "off")
-        return Malformed(u, "sharding is neither 'dynamic' nor 'off'");
       if (u.contains("resume")) {
         const nlohmann::json& r = u["resume"];
         if (!r.is_array()) return Malformed(u, "'resume' is not an array");
-        if (job.sharding != "dynamic" || job.num_samples <= 0)
+        if (job.sharding != Sharding::kDynamic || job.num_samples <= 0)
           return Malformed(u, "'resume' needs dynamic sharding and num_samples");
         int64_t last_end = 0;
         for (const nlohmann::json& p : r) {

@@ -8,6 +8,10 @@
 //               first_epoch, num_consumers, partial_round, deterministic, resume?,
 //               cross_trainer_cache?, on_fall_behind?, display_name?, created?,
 //               open_ended?}
+//                                                    the modes (sharding, compression,
+//                                                    partial_round, on_fall_behind) spelled as
+//                                                    ModeName writes them, read by ParseMode;
+//                                                    missing: the default
 //                                                    num_samples 0: a worker measures it;
 //                                                    resume [[begin, end, exact], ...]: only
 //                                                    these positions of the first epoch run
@@ -55,6 +59,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "stoker/service/common/element_codec.h"
+#include "stoker/service/consumer.h"
 
 namespace stoker::service {
 
@@ -92,12 +98,12 @@ class DispatcherState {
     int64_t num_epochs = 1;
     int64_t first_epoch = 0;    // position p is epoch first_epoch + p / num_samples
     int64_t num_consumers = 0;  // coordinated reads; 0: off
-    std::string partial_round = "drop";
+    PartialRound partial_round = PartialRound::kDrop;
     bool deterministic = false;
     // Every consumer (trainer) reads the whole stream; a split is done once every live trainer
-    // acknowledged it. on_fall_behind: "recompute" or "skip" (the workers' policy).
+    // acknowledged it. on_fall_behind: the workers' policy.
     bool cross_trainer_cache = false;
-    std::string on_fall_behind = "recompute";
+    OnFallBehind on_fall_behind = OnFallBehind::kRecompute;
     std::set<int64_t> clients;             // live consumers
     std::vector<int64_t> removed_clients;  // consumers removed (timed out or left), in order
     // Coordinated: consumer indices whose client was removed; their acknowledgements are no
@@ -105,8 +111,8 @@ class DispatcherState {
     std::set<int64_t> departed;
     bool ever_had_client = false;
     std::string ended;  // why the job was collected; empty while it runs
-    std::string sharding = "dynamic";
-    std::string compression = "none";  // of element payloads (element_codec.h)
+    Sharding sharding = Sharding::kDynamic;
+    Compression compression = Compression::kNone;  // of element payloads
     // Positions 0 .. num_samples * num_epochs - 1 run through every epoch's sample order in turn;
     // those before next_sample have been handed out.
     int64_t next_sample = 0;

@@ -55,8 +55,8 @@ std::string Summary(const DispatcherState& s) {
   for (const auto& [id, w] : s.workers()) out += stoker::StrCat("w ", id, "@", w.address, ";");
   for (const auto& [id, j] : s.jobs()) {
     out += stoker::StrCat("j ", id, " ", j.name, " ", j.fingerprint, " ", j.num_samples, " ",
-                          j.sharding, " ", j.compression, " ", j.next_sample, " ", j.done_splits,
-                          " ", j.error, ":");
+                          ModeName(j.sharding), " ", ModeName(j.compression), " ", j.next_sample,
+                          " ", j.done_splits, " ", j.error, ":");
     for (const auto& [sid, sp] : j.splits)
       out += stoker::StrCat(" s", sid, "[", sp.begin, ",", sp.end, ")", sp.worker_id, sp.done);
     for (int64_t p : j.pending) out += stoker::StrCat(" p", p);

@@ -155,7 +155,7 @@ std::string Dispatcher::RunningReason(const DispatcherState::Job& job,
   std::string main;
   if (state_.workers().empty()) {
     main = "waiting for a worker (none registered)";
-  } else if (job.sharding == "dynamic" && job.num_samples == 0) {
+  } else if (job.sharding == Sharding::kDynamic && job.num_samples == 0) {
     main = "waiting for a worker to count its samples";
   } else {
     const size_t reading = job.clients.size() - silent.size();

@@ -17,6 +17,7 @@
 #include "stoker/core/thread.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
+#include "stoker/service/common/modes_proto.h"
 #include "stoker/service/worker/worker_grpc.h"
 
 namespace stoker::service {
@@ -101,7 +102,7 @@ void Worker::Drain(std::chrono::milliseconds timeout) {
     absl::MutexLock lock(&mu_);
     draining_ = true;
     for (auto& [job, t] : tasks_)
-      if (t->sharding == "off") t->cancelled = true;
+      if (t->sharding == Sharding::kOff) t->cancelled = true;
     // Every task's producer finished its split and every element it made was handed out and
     // acknowledged (the client asked past it). Heartbeats go on meanwhile, so the dispatcher
     // does not lease these splits to others. Without a dispatcher (stopped with this worker, or
@@ -234,18 +235,24 @@ void Worker::HeartbeatLoop() {
             DropRemovedClients(it->second.get(), t);
             continue;
           }
+          absl::StatusOr<JobModes> modes = ModesOf(t);
+          if (!modes.ok()) {  // a dispatcher of a later version: this worker cannot run it
+            failures_[t.job_id()] =
+                StrCat("worker ", address_, ": job ", t.job_id(), ": ", modes.status().message());
+            continue;
+          }
           auto task = std::make_shared<Worker::Task>();
           task->job_id = t.job_id();
           task->spec = t.spec_json();
-          task->sharding = t.sharding();
-          task->compression = ParseCompression(t.compression()).value_or(Compression::kNone);
+          task->sharding = modes->sharding;
+          task->compression = modes->compression;
           task->num_epochs = std::max<int64_t>(1, t.num_epochs());
           task->first_epoch = std::max<int64_t>(0, t.first_epoch());
           task->num_consumers = std::max<int64_t>(0, t.num_consumers());
-          task->pad_rounds = t.partial_round() == "pad";
+          task->pad_rounds = modes->partial_round == PartialRound::kPad;
           task->needs_size = t.needs_size();
           task->cross_trainer = t.cross_trainer_cache();
-          task->skip_behind = t.on_fall_behind() == "skip";
+          task->skip_behind = modes->on_fall_behind == OnFallBehind::kSkip;
           MetricsRegistry& metrics = MetricsRegistry::Default();
           const MetricLabels job = {{"job_id", std::to_string(t.job_id())}};
           task->produced_elements = &metrics.GetCounter("stoker_worker_produced_elements_total",

@@ -150,7 +150,7 @@ class Worker {
   struct Task {
     int64_t job_id = 0;
     std::string spec;
-    std::string sharding;
+    Sharding sharding = Sharding::kDynamic;
     Compression compression = Compression::kNone;
     int64_t num_epochs = 1;   // sharding off: the epochs to run; dynamic: each split names its own
     int64_t first_epoch = 0;  // sharding off: the first epoch to run
@@ -162,7 +162,7 @@ class Worker {
     // below `fastest` (the furthest cursor) leave the window once it exceeds cache_bytes;
     // `buffered_bytes` then counts the window's elements no trainer has read yet.
     bool cross_trainer = false;
-    bool skip_behind = false;                        // on_fall_behind "skip" (else recompute)
+    bool skip_behind = false;                        // on_fall_behind skip (else recompute)
     std::shared_ptr<const data::Pipeline> pipeline;  // for recomputing; set before producing
     std::map<int64_t, LogSplit> log_splits;          // by first index
     std::deque<Buffered> window;

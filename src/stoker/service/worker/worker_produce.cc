@@ -93,7 +93,7 @@ void Worker::AddBusy(Task* task, Clock::duration d) {
 }
 
 void Worker::RunTask(Task* task) {
-  absl::Status s = task->sharding == "off" ? RunWholePipeline(task) : RunDynamic(task);
+  absl::Status s = task->sharding == Sharding::kOff ? RunWholePipeline(task) : RunDynamic(task);
   absl::MutexLock lock(&mu_);
   if (!s.ok() && !Stopped(task)) {
     SPDLOG_ERROR("worker {}: job {} failed: {}", address_, task->job_id, s.ToString());

@@ -57,7 +57,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
                                                    req.consumer_index(), " is not 0 .. ",
                                                    task->num_consumers - 1));
         key = req.consumer_index();
-      } else if (task->sharding == "off") {
+      } else if (task->sharding == Sharding::kOff) {
         auto owner = task->owner.find(-1);
         if (owner != task->owner.end() && owner->second != key)
           return absl::FailedPreconditionError(
@@ -81,7 +81,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
         ~Release() {
           auto s = task->streams.find(key);
           if (s == task->streams.end() || --s->second.requests > 0) return;
-          if (task->num_consumers == 0 && task->sharding == "dynamic" &&
+          if (task->num_consumers == 0 && task->sharding == Sharding::kDynamic &&
               s->second.next_index == 0 && s->second.splits.empty() && s->second.buffer.empty())
             task->streams.erase(s);
         }

@@ -48,7 +48,7 @@ class WorkerStreamTest : public ::testing::Test {
     GetOrCreateJobRequest req;
     req.set_spec_json(spec);
     req.set_fingerprint((*pipeline)->fingerprint());
-    req.set_sharding("off");
+    req.set_sharding_mode(SHARDING_OFF);
     GetOrCreateJobResponse resp;
     ASSERT_TRUE(dispatcher_->GetOrCreateJob(req, &resp).ok());
     job_ = resp.job_id();
