@@ -138,6 +138,48 @@ TEST_F(ServiceTest, DispatcherKilledAndRestartedFromJournal) {
   EXPECT_EQ(line.find("(0 updates replayed)"), std::string::npos) << line;
 }
 
+// A dispatcher started on a journal that a dispatcher built before the modes were enums wrote (its
+// job records spell them: "sharding":"off", "partial_round":"pad", ...; main at 968443e, four
+// finished jobs) replays it and goes on: a new job with sharding off and zstd gets its id after
+// them, every key once per worker, and its record spells its modes as the old ones did. A bad
+// mode on the command line is refused naming the flag, the value and the allowed values.
+TEST_F(ServiceTest, ReplaysAJournalWrittenWithStringModesAndGoesOn) {
+  ServiceCluster cluster(TrialDir("old-journal"));
+  std::filesystem::create_directories(cluster.dir() + "/work");
+  std::filesystem::copy_file(STOKER_SOURCE_DIR
+                             "/tests/fuzz/corpus/journal_replay_fuzzer/main_string_modes.log",
+                             cluster.dir() + "/work/journal.log");
+  const int n = 2000;
+  std::string spec = WriteSpec(cluster.dir(), n);
+  cluster.StartDispatcher();
+  ASSERT_FALSE(cluster.dispatcher().Exited()) << ReadWholeFile(cluster.dir() + "/dispatcher.err");
+  cluster.AddWorker();
+  cluster.AddWorker();
+  // The journal's worker 1 is long gone; these two register after it.
+  WaitUntilWorkersRegistered(cluster, 3);
+
+  auto bad = cluster.StartConsume(spec, {"--sharding", "sideways"});
+  EXPECT_NE(bad->Wait(milliseconds(30000)), 0);
+  std::string err = ReadWholeFile(cluster.dir() + "/consume.err");
+  EXPECT_NE(err.find("--sharding: unknown sharding 'sideways': use 'dynamic' or 'off'"),
+            std::string::npos)
+      << err;
+
+  auto consume = cluster.StartConsume(spec, {"--sharding", "off", "--compression", "zstd"});
+  ASSERT_EQ(consume->Wait(milliseconds(60000)), 0) << ReadWholeFile(cluster.dir() + "/consume.err");
+  ExpectExactlyOnce(cluster, n, 2);
+  err = ReadWholeFile(cluster.dir() + "/consume.err");
+  EXPECT_NE(err.find("of job 5 "), std::string::npos) << err;
+  const std::string journal = ReadWholeFile(cluster.dir() + "/work/journal.log");
+  const size_t job5 = journal.find("\"job_id\":5,");
+  ASSERT_NE(job5, std::string::npos) << journal;
+  const std::string record = journal.substr(journal.rfind('{', job5));
+  EXPECT_NE(record.find("\"sharding\":\"off\""), std::string::npos) << record;
+  EXPECT_NE(record.find("\"compression\":\"zstd\""), std::string::npos) << record;
+  const std::string log = ReadWholeFile(cluster.dir() + "/dispatcher.err");
+  EXPECT_NE(log.find("dispatcher: replayed 28 updates from"), std::string::npos) << log;
+}
+
 // Compressed payloads (zstd, lz4) with one request or several in flight per worker, sharding off
 // (every worker runs the whole pipeline: each key once per worker), and several epochs a job.
 TEST_F(ServiceTest, CompressionRequestsInFlightAndShardingOff) {

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "stoker/service/common/journal.h"
+#include "stoker/service/common/modes_proto.h"
+#include "stoker/testing/subprocess.h"
+
 namespace stoker::service {
 namespace {
 
@@ -337,6 +343,131 @@ TEST(DispatcherState, AResumedJobRunsOnlyItsPieces) {
                        {"resume", json::array()}})
                   .ok());
   EXPECT_TRUE(s.JobFinished(*s.FindJob(3)));
+}
+
+// A journal written by the dispatcher of main at 968443e, before the modes were enums (its job
+// records spell them as strings): four `stoker consume` runs, the default one, --sharding off
+// --compression zstd, a coordinated job with --partial-round pad --compression lz4, and a
+// cross-trainer cache job with --on-fall-behind skip; then the dispatcher was killed with kill -9.
+// It is also a seed of journal_replay_fuzzer. Replayed now, each job has the modes it was created
+// with.
+TEST(DispatcherState, ReplaysAJournalWrittenWithStringModes) {
+  testing::ScopedTempDir dir("stoker-old-journal");
+  std::filesystem::copy_file(STOKER_SOURCE_DIR
+                             "/tests/fuzz/corpus/journal_replay_fuzzer/main_string_modes.log",
+                             dir.path() + "/journal.log");
+  auto journal = Journal::Open(dir.path());
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  auto updates = (*journal)->ReadAll();
+  ASSERT_TRUE(updates.ok()) << updates.status();
+  ASSERT_EQ(updates->size(), 28u);
+  DispatcherState s;
+  for (const json& u : *updates) ASSERT_TRUE(s.Apply(u).ok()) << u.dump();
+  ASSERT_EQ(s.jobs().size(), 4u);
+  struct Want {
+    Sharding sharding;
+    Compression compression;
+    PartialRound partial_round;
+    OnFallBehind on_fall_behind;
+  };
+  const std::map<int64_t, Want> want = {
+      {1, {Sharding::kDynamic, Compression::kNone, PartialRound::kDrop, OnFallBehind::kRecompute}},
+      {2, {Sharding::kOff, Compression::kZstd, PartialRound::kDrop, OnFallBehind::kRecompute}},
+      {3, {Sharding::kDynamic, Compression::kLz4, PartialRound::kPad, OnFallBehind::kRecompute}},
+      {4, {Sharding::kDynamic, Compression::kNone, PartialRound::kDrop, OnFallBehind::kSkip}}};
+  for (const auto& [id, w] : want) {
+    const DispatcherState::Job* job = s.FindJob(id);
+    ASSERT_NE(job, nullptr) << id;
+    EXPECT_EQ(job->sharding, w.sharding) << id;
+    EXPECT_EQ(job->compression, w.compression) << id;
+    EXPECT_EQ(job->partial_round, w.partial_round) << id;
+    EXPECT_EQ(job->on_fall_behind, w.on_fall_behind) << id;
+    EXPECT_TRUE(s.JobFinished(*job)) << id;  // every consumer read its job to the end
+  }
+  EXPECT_EQ(s.FindJob(3)->num_consumers, 1);
+  EXPECT_TRUE(s.FindJob(4)->cross_trainer_cache);
+  // A job written now spells its modes the same way, so a dispatcher built before the enums
+  // replays a journal of this one too.
+  for (const json& u : *updates) {
+    if (u.value("type", "") != "create_job") continue;
+    const DispatcherState::Job* job = s.FindJob(u["job_id"].get<int64_t>());
+    EXPECT_EQ(u["sharding"], ModeName(job->sharding));
+    EXPECT_EQ(u["compression"], ModeName(job->compression));
+    EXPECT_EQ(u["partial_round"], ModeName(job->partial_round));
+    if (u.contains("on_fall_behind")) {
+      EXPECT_EQ(u["on_fall_behind"], ModeName(job->on_fall_behind));
+    }
+  }
+}
+
+// A create_job with a mode no version spells is refused, naming the field, the value and the
+// spellings allowed; the state is unchanged.
+TEST(DispatcherState, RefusesAnUnknownModeNamingIt) {
+  for (const auto& [field, value, message] :
+       std::vector<std::tuple<std::string, json, std::string>>{
+           {"sharding", "sideways", "unknown sharding 'sideways': use 'dynamic' or 'off'"},
+           {"compression", "gzip", "unknown compression 'gzip': use 'none', 'zstd' or 'lz4'"},
+           {"partial_round", "", "unknown partial_round '': use 'drop' or 'pad'"},
+           {"on_fall_behind", "later", "unknown on_fall_behind 'later': use 'recompute' or 'skip'"},
+           {"sharding", 2, "'sharding' is not a string"}}) {
+    DispatcherState s;
+    ASSERT_TRUE(s.Apply({{"type", "register_dataset"}, {"fingerprint", "f"}, {"spec", "{}"}}).ok());
+    json create = {{"type", "create_job"}, {"job_id", 1}, {"fingerprint", "f"}, {"num_samples", 5}};
+    create[field] = value;
+    absl::Status st = s.Apply(create);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(st.message().find(message), std::string_view::npos) << st;
+    EXPECT_TRUE(s.jobs().empty());
+  }
+}
+
+// Every mode's spellings read back to the mode, and the wire's numbers map both ways (a peer built
+// before the enums sends only the string; unspecified is the default).
+TEST(ServiceModes, SpellingsAndWireNumbersRoundTrip) {
+  for (std::string_view name : ModeNames<Sharding>())
+    EXPECT_EQ(ModeName(*ParseMode<Sharding>(name)), name);
+  for (std::string_view name : ModeNames<PartialRound>())
+    EXPECT_EQ(ModeName(*ParseMode<PartialRound>(name)), name);
+  for (std::string_view name : ModeNames<OnFallBehind>())
+    EXPECT_EQ(ModeName(*ParseMode<OnFallBehind>(name)), name);
+  EXPECT_EQ(ModeNames<Sharding>(), (std::vector<std::string_view>{"dynamic", "off"}));
+  EXPECT_EQ(ParseMode<Sharding>("Dynamic").status().message(),
+            "unknown sharding 'Dynamic': use 'dynamic' or 'off'");
+  EXPECT_EQ(CheckMode(static_cast<PartialRound>(0)).message(),
+            "unknown partial_round 0: use 'drop' or 'pad'");
+
+  const JobModes modes = {Sharding::kOff, Compression::kLz4, PartialRound::kPad,
+                          OnFallBehind::kSkip};
+  Task task;
+  SetModes(modes, &task);
+  EXPECT_EQ(task.sharding_mode(), SHARDING_OFF);
+  EXPECT_EQ(task.compression_mode(), COMPRESSION_LZ4);
+  EXPECT_EQ(task.partial_round_mode(), PARTIAL_ROUND_PAD);
+  EXPECT_EQ(task.on_fall_behind_mode(), ON_FALL_BEHIND_SKIP);
+  auto read = ModesOf(task);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->sharding, Sharding::kOff);
+  EXPECT_EQ(read->compression, Compression::kLz4);
+  EXPECT_EQ(read->partial_round, PartialRound::kPad);
+  EXPECT_EQ(read->on_fall_behind, OnFallBehind::kSkip);
+
+  GetOrCreateJobRequest old;  // from a client built before the enums: strings only
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  old.set_sharding("off");
+  old.set_compression("zstd");
+  old.set_partial_round("pad");
+#pragma GCC diagnostic pop
+  read = ModesOf(old);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->sharding, Sharding::kOff);
+  EXPECT_EQ(read->compression, Compression::kZstd);
+  EXPECT_EQ(read->partial_round, PartialRound::kPad);
+  EXPECT_EQ(read->on_fall_behind, OnFallBehind::kRecompute);  // "": the default
+  EXPECT_TRUE(ModesOf(GetOrCreateJobRequest()).ok());         // nothing given: the defaults
+  old.set_compression_mode(static_cast<CompressionMode>(9));  // the enum wins over the string
+  EXPECT_EQ(ModesOf(old).status().message(),
+            "unknown compression (number 9 on the wire): this build knows 'none' 'zstd' 'lz4'");
 }
 
 }  // namespace
