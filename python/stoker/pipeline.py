@@ -451,6 +451,11 @@ class DistributedPipeline:
             resume = self._resume
             self.close()
             epochs = self.num_epochs if self.num_epochs is not None else _OPEN_ENDED_EPOCHS
+            if self.sharding == "off":
+                # Each worker's stream runs through every epoch of its job without a mark between
+                # them, so an iteration (one epoch) is a job of one epoch: without this, the first
+                # iteration of an open-ended job went on through all its epochs.
+                epochs = 1
             first = int(epoch)
             if resume is not None and int(resume["epoch"]) == first - 1:
                 # A state taken at (or near) the end of its epoch, then the next epoch: resume (so
@@ -489,7 +494,7 @@ class DistributedPipeline:
                 # the key ignores it.
                 "display_name": _display_name(),
                 # No num_epochs given: the status page shows the epochs read, not a bound.
-                "open_ended": self.num_epochs is None})
+                "open_ended": self.num_epochs is None and self.sharding != "off"})
             self._consumer, self._consumer_key = c, key
             if first < epoch and not c.advance_epoch():
                 raise ValueError(f"epoch {epoch}: the job has no epoch after {first}")

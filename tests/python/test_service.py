@@ -309,7 +309,13 @@ def test_modes_are_checked_once_naming_the_argument_value_and_choices(stoker_bin
         served = pipe.distribute(cluster.address, sharding="off", compression="lz4", num_epochs=1)
         keys = [k for element in served for k in element["__keys__"]]
         served.close()
+        # Without num_epochs, each iteration is one epoch too (each worker's stream has no mark
+        # between epochs: the first iteration went on through all 100,000 epochs of the job).
+        served = pipe.distribute(cluster.address, sharding="off")
+        epochs = [sorted(k for element in served for k in element["__keys__"]) for _ in range(2)]
+        served.close()
     assert sorted(keys) == sorted([str(i) for i in range(12)] * 2), keys
+    assert epochs == [sorted([str(i) for i in range(12)] * 2)] * 2, [len(e) for e in epochs]
 
 
 def test_parameters_that_disagree_are_refused(stoker_bin, tmp_path):
