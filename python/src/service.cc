@@ -80,10 +80,10 @@ class ServiceConsumer {
     auto file = [&](const char* key) {
       return o.contains(key) && !o[key].is_none() ? o[key].cast<std::string>() : std::string();
     };
-    options.security.tls_ca_file = file("tls_ca");
-    options.security.token_file = file("token_file");
-    options.security.tls_cert_file = file("tls_cert");
-    options.security.tls_key_file = file("tls_key");
+    options.tls_ca_file = file("tls_ca");
+    options.token_file = file("token_file");
+    options.tls_cert_file = file("tls_cert");
+    options.tls_key_file = file("tls_key");
     const std::string spec_json = o["spec_json"].cast<std::string>();
     absl::StatusOr<std::unique_ptr<service::ServiceClient>> client;
     {

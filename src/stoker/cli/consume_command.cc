@@ -111,7 +111,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   }
   service::ServiceClientOptions options;
   options.dispatcher_address = o.dispatcher;
-  options.security = o.security;
+  service::SetClientSecurity(&options, o.security);
   options.job_name = o.job_name;
   options.display_name =
       o.display_name.empty() ? service::DefaultDisplayName("stoker consume") : o.display_name;

@@ -158,7 +158,7 @@ absl::Status WriteSnapshot(const SnapshotOptions& o, const std::string& spec,
   KeepDataPathAllocationsOnHeap();
   service::ServiceClientOptions options;
   options.dispatcher_address = o.dispatcher;
-  options.security = o.security;
+  service::SetClientSecurity(&options, o.security);
   options.num_epochs = o.epochs;
   options.first_epoch = o.first_epoch;
   options.deterministic = true;  // parts listed in the job's order: the pipeline's order

@@ -244,6 +244,22 @@ std::string CutDisplayName(std::string name) {
 
 }  // namespace
 
+SecurityOptions ClientSecurity(const ConsumerOptions& options) {
+  SecurityOptions security;
+  security.tls_ca_file = options.tls_ca_file;
+  security.tls_cert_file = options.tls_cert_file;
+  security.tls_key_file = options.tls_key_file;
+  security.token_file = options.token_file;
+  return security;
+}
+
+void SetClientSecurity(ConsumerOptions* options, const SecurityOptions& security) {
+  options->tls_ca_file = security.tls_ca_file;
+  options->tls_cert_file = security.tls_cert_file;
+  options->tls_key_file = security.tls_key_file;
+  options->token_file = security.token_file;
+}
+
 absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
     const ServiceClientOptions& options, const std::string& spec_json) {
   ASSIGN_OR_RETURN(std::string address, NormalizeDispatcherAddress(options.dispatcher_address));
@@ -272,7 +288,7 @@ absl::StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Open(
   c->first_epoch_ = epochs.first;
   c->num_epochs_ = epochs.count;
   c->epochs_done_ = epochs.first;
-  ASSIGN_OR_RETURN(c->security_, Security::Load(options.security));
+  ASSIGN_OR_RETURN(c->security_, Security::Load(ClientSecurity(options)));
   std::shared_ptr<grpc::Channel> channel = c->security_->MakeChannel(address, Caller::kClient);
   c->dispatcher_ = DispatcherService::NewStub(channel);
   const GetOrCreateJobRequest req = c->JobRequest(epochs, token);

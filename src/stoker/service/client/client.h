@@ -1,7 +1,7 @@
 // The client of the disaggregated service: one consumer of a job (docs/protocol.md; glossary in
 // dispatcher/dispatcher.h).
 //
-//   ServiceClientOptions o;  o.dispatcher_address = "127.0.0.1:5000";
+//   ServiceClientOptions o;  o.dispatcher_address = "127.0.0.1:5000";  (ConsumerOptions and more)
 //   ASSIGN_OR_RETURN(auto client, ServiceClient::Open(o, spec_json));
 //   while (true) {
 //     ASSIGN_OR_RETURN(std::optional<data::Element> e, client->GetNext());
@@ -46,34 +46,17 @@
 
 namespace stoker::service {
 
-struct ServiceClientOptions {
-  std::string dispatcher_address;  // HOST:PORT or grpc://HOST:PORT
-  std::string job_name;            // empty: an anonymous job of its own
+// The public ConsumerOptions (include/stoker/service/consumer.h: address, job name, modes, epochs,
+// coordinated reads, order, resume, prefetch, TLS and token files, connect timeout), plus what only
+// the CLI, Python and tests set.
+struct ServiceClientOptions : ConsumerOptions {
   // What operators see for the job (status page, /metrics, logs) if it has no job_name; empty:
   // DefaultDisplayName() (`<user>@<host>:<program>`). At most 200 bytes (longer is cut).
   std::string display_name;
   // num_epochs is only a cap: the caller reads as many epochs as it iterates (Python without
   // num_epochs). Operators then see the epochs delivered without a planned total.
   bool open_ended = false;
-  Sharding sharding = Sharding::kDynamic;        // or kOff: every worker runs the whole pipeline
   Compression compression = Compression::kNone;  // of the job's payloads on the wire
-  int64_t num_epochs = 1;   // epochs of the job (a named job keeps the number it was created with)
-  int64_t first_epoch = 0;  // the epoch the job starts at (its order and augmentation)
-  // Coordinated reads: num_consumers > 0 consumers (e.g. the ranks of a synchronous training job)
-  // each get one batch per round, every consumer the same number per epoch; this client is
-  // consumer `consumer_index`.
-  int64_t num_consumers = 0;
-  int64_t consumer_index = 0;
-  PartialRound partial_round = PartialRound::kDrop;  // coordinated: drop or pad an incomplete round
-  // Deliver in the job's global order (split by split, in split order: the order of `stoker run`),
-  // whatever the number of workers and across workers that die. Coordinated jobs always do. false:
-  // each element as it arrives (fastest first); a job shared by several consumers (job_name,
-  // num_consumers 0) needs false.
-  bool deterministic = true;
-  // A checkpoint token (Checkpoint(), client/checkpoint.h) to continue from: the job starts at
-  // its epoch and runs only what it had not delivered, on any number of workers. The spec must
-  // be the one it was taken with. Not for coordinated jobs yet.
-  std::string resume;
   // With resume: the job the token was taken from, which the dispatcher then ends if it still
   // runs (GetOrCreateJobRequest.replaces_job). 0: none.
   int64_t replaces_job = 0;
@@ -90,7 +73,6 @@ struct ServiceClientOptions {
   bool shared_memory = true;
   int requests_per_worker = 2;  // GetElements requests in flight to each worker
   std::chrono::milliseconds heartbeat_interval{200};
-  int64_t prefetch_bytes = int64_t{256} << 20;
   // In order: while the next element is missing, the client fetches past prefetch_bytes up to
   // prefetch_bytes + reorder_bytes (the reorder buffer). Beyond that it only finishes the splits
   // each worker has in progress, plus one small request (1 MiB) every 100 ms to some worker, so
@@ -98,9 +80,6 @@ struct ServiceClientOptions {
   // later splits (docs/protocol.md, "Deterministic order").
   int64_t reorder_bytes = int64_t{256} << 20;
   int64_t request_bytes = int64_t{8} << 20;  // most bytes asked of a worker per request
-  // Open fails if the dispatcher cannot be reached for this long (naming the cause): no answer,
-  // a name that does not resolve, a handshake cut short.
-  std::chrono::milliseconds connect_timeout{10000};
   // A refused connection (nothing listens at the address) fails Open at once (within a second),
   // unless this is set: a trainer started before its dispatcher, or while it restarts, then
   // retries for this long. nullopt: the environment variable STOKER_WAIT_FOR_DISPATCHER
@@ -113,9 +92,12 @@ struct ServiceClientOptions {
   // no_worker_timeout (0: never).
   std::chrono::milliseconds no_worker_log{10000};
   std::chrono::milliseconds no_worker_timeout{0};
-  // TLS and the client token, for the dispatcher and the workers (common/security.h).
-  SecurityOptions security;
 };
+
+// A consumer's TLS and token files (ConsumerOptions) as the SecurityOptions of a dialling process,
+// and back (the CLI's --tls-ca, --tls-cert, --tls-key and --token-file).
+SecurityOptions ClientSecurity(const ConsumerOptions& options);
+void SetClientSecurity(ConsumerOptions* options, const SecurityOptions& security);
 
 // The most fetch threads a client runs, however many workers serve the job.
 inline constexpr int kMaxFetchThreads = 32;

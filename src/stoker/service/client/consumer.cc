@@ -47,24 +47,9 @@ absl::StatusOr<std::unique_ptr<Consumer>> Consumer::Create(const ConsumerOptions
     return absl::InvalidArgumentError("ConsumerOptions::prefetch_bytes must be positive");
   }
   ServiceClientOptions o;
-  o.dispatcher_address = options.dispatcher_address;
-  o.job_name = options.job_name;
-  o.sharding = options.sharding;
-  o.num_epochs = options.num_epochs;
-  o.first_epoch = options.first_epoch;
-  o.num_consumers = options.num_consumers;
-  o.consumer_index = options.consumer_index;
-  o.partial_round = options.partial_round;
-  o.deterministic = options.deterministic;
-  o.resume = options.resume;
-  o.prefetch_bytes = options.prefetch_bytes;
+  static_cast<ConsumerOptions&>(o) = options;
   // A request asks for at most what the prefetch budget holds.
   o.request_bytes = std::min(o.request_bytes, o.prefetch_bytes);
-  o.security.tls_ca_file = options.tls_ca_file;
-  o.security.tls_cert_file = options.tls_cert_file;
-  o.security.tls_key_file = options.tls_key_file;
-  o.security.token_file = options.token_file;
-  o.connect_timeout = options.connect_timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<ServiceClient> client,
                    ServiceClient::Open(o, std::string(spec_json)));
   auto impl = std::make_unique<Impl>();
