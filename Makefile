@@ -34,10 +34,14 @@ test: deps format-check build
 	bash scripts/ctest-timed.sh $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
 	@date +%s > $(BUILD)/.test-ctest-end
 	$(MAKE) fuzz
+	@date +%s > $(BUILD)/.test-fuzz-end
 	$(MAKE) test-asan
+	@date +%s > $(BUILD)/.test-asan-end
 	$(MAKE) cuda-check
 	@bash scripts/ctest-timed.sh --slowest $(BUILD) 15
-	@echo "make test phases: ctest $$(( $$(cat $(BUILD)/.test-ctest-end) - $$(cat $(BUILD)/.test-start) )) s, fuzz + asan + cuda $$(( $$(date +%s) - $$(cat $(BUILD)/.test-ctest-end) )) s"
+	@t() { cat $(BUILD)/.test-$$1; }; echo "make test phases: ctest $$(( $$(t ctest-end) - $$(t start) )) s," \
+	  "fuzz $$(( $$(t fuzz-end) - $$(t ctest-end) )) s, asan $$(( $$(t asan-end) - $$(t fuzz-end) )) s," \
+	  "cuda $$(( $$(date +%s) - $$(t asan-end) )) s"
 
 # The process-level service tests (CTest label `service`) STRESS_RUNS (5) times in a row under a fixed
 # background load (STRESS_LOAD busy processes, 2), stopping at the first failure: what a change to the

@@ -17,15 +17,31 @@ for corpus in "$src"/tests/fuzz/corpus/*/; do
     echo "run-fuzzers: tests/fuzz/corpus/$name has no src/**/$name.cc" >&2; failed=1
   fi
 done
-for name in "${names[@]}"; do
-  f=$build/fuzz/$name
-  if [[ ! -x $f ]]; then echo "run-fuzzers: $name: no binary $f (declare it with stoker_fuzzer)" >&2; failed=1; continue; fi
+# One fuzzer's run over its own copy of the seeds; on a failure its folder (with the reproducer)
+# and log are kept, and a line in $failures says so. FUZZ_JOBS of them (the cores) run at once,
+# each for its full time.
+failures=$(mktemp)
+run_one() {
+  local name=$1 work
   work=$(mktemp -d)
   [[ -d $src/tests/fuzz/corpus/$name ]] && cp -r "$src/tests/fuzz/corpus/$name/." "$work/"
   echo "run-fuzzers: $name for ${seconds}s"
-  if ! "$f" -max_total_time="$seconds" -rss_limit_mb=2048 -artifact_prefix="$work/" "$work" >"$work.log" 2>&1; then
-    echo "run-fuzzers: $name FAILED"; tail -40 "$work.log"; failed=1
+  if ! "$build/fuzz/$name" -max_total_time="$seconds" -rss_limit_mb=2048 -artifact_prefix="$work/" \
+      "$work" >"$work.log" 2>&1; then
+    echo "run-fuzzers: $name FAILED (log $work.log)"; tail -40 "$work.log"; echo "$name" >>"$failures"
+    return
   fi
   rm -rf "$work" "$work.log"
+}
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+for name in "${names[@]}"; do
+  if [[ ! -x $build/fuzz/$name ]]; then
+    echo "run-fuzzers: $name: no binary $build/fuzz/$name (declare it with stoker_fuzzer)" >&2; failed=1; continue
+  fi
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
+  run_one "$name" &
 done
+wait
+[[ -s $failures ]] && failed=1
+rm -f "$failures"
 exit $failed
