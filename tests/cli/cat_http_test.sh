@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `stoker cat` over HTTP as docs/io.md shows it (run by CTest as cat_http_cli): an object of several
-# parts plus an odd tail, served by nginx on 127.0.0.1, written to a file, into a pipe (read slowly,
-# so the parts queue behind the pipe), to /dev/null, and as byte ranges; every output is compared
-# byte for byte with the original. A missing object and an offset past the end fail with a message
-# naming the URL; a reader that goes away ends stoker with an error, not a hang.
+# parts plus an odd tail, served by nginx on 127.0.0.1, written to a file (also after other output,
+# and appended), into a pipe (read slowly, so the parts queue behind the pipe), to /dev/null, and
+# as byte ranges; every output is compared byte for byte with the original. A missing object and an
+# offset past the end fail with a message naming the URL, a write that fails with one naming the
+# output; a reader that goes away ends stoker with an error, not a hang.
 set -euo pipefail
 stoker=$1
 source_dir=$2
@@ -36,6 +37,24 @@ for range in "0 1" "1048575 2" "1048576 1048576" "5000000 4000000" "$(( (9 << 20
   dd if="$work/www/object.bin" iflag=skip_bytes,count_bytes skip="$1" count="$2" bs=1M \
     status=none | cmp - "$work/range.bin" || fail "range offset $1 length $2 differs"
 done
+# A file takes each part in place as it arrives (positioned writes, docs/io.md): after other
+# output, two objects in a row, and appended (>>, which writes in order instead), the bytes land
+# where a plain write would have put them.
+{ printf 'head'; "$stoker" cat "$url" --offset 3 --length 5000000; "$stoker" cat "$url" --length 10; } \
+  > "$work/concat.bin"
+{ printf 'head'; dd if="$work/www/object.bin" iflag=skip_bytes,count_bytes skip=3 count=5000000 \
+    bs=1M status=none; head -c 10 "$work/www/object.bin"; } | cmp - "$work/concat.bin" \
+  || fail "cat after other output, twice into one file, differs"
+printf 'x' > "$work/append.bin"
+"$stoker" cat "$url" >> "$work/append.bin"
+{ printf 'x'; cat "$work/www/object.bin"; } | cmp - "$work/append.bin" || fail "cat >> differs"
+# A write that fails (the file size limit, 1 MiB; SIGXFSZ ignored so the write returns EFBIG):
+# stoker says so and exits non-zero.
+if (trap '' XFSZ; ulimit -f 1024; "$stoker" cat "$url" > "$work/limited.bin") 2> "$work/err"; then
+  fail "cat past the file size limit succeeded"
+fi
+grep -qF "cannot write to standard output" "$work/err" || fail "write error message: $(cat "$work/err")"
+
 "$stoker" cat "${url%object.bin}empty.bin" > "$work/empty.out"
 [[ ! -s "$work/empty.out" ]] || fail "an empty object gave bytes"
 

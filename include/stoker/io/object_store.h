@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -80,6 +81,14 @@ struct ReadRequest {
 using ReadCallback = absl::AnyInvocable<void(absl::StatusOr<Buffer>) &&>;
 using StatCallback = absl::AnyInvocable<void(absl::StatusOr<ObjectInfo>) &&>;
 
+// Where ReadToAsync puts the bytes of a range: `data` belongs at `offset` from the range's start.
+// Called one call at a time for one read, on any thread, in any order of offsets; a retried read
+// may write the same offsets again (with the same bytes when the read is pinned by if_match). An
+// error stops the read, which fails with it.
+using WriteAtFn = std::function<absl::Status(uint64_t offset, std::string_view data)>;
+// Called exactly once with the number of bytes written (the range, cut at the object's end).
+using WrittenCallback = absl::AnyInvocable<void(absl::StatusOr<uint64_t>) &&>;
+
 // Streams one object. Nothing is visible under the key until Close() succeeds; a writer destroyed
 // without Close() abandons the object (partial uploads are cleaned up). Not thread-safe.
 class ObjectWriter {
@@ -110,6 +119,11 @@ class ObjectStore {
   // io_uring engine) overrides this; the default calls ReadAsync for each request in order.
   // requests.size() must equal done.size().
   virtual void ReadBatchAsync(std::vector<ReadRequest> requests, std::vector<ReadCallback> done);
+
+  // Reads one byte range (as ReadAsync) into `write` instead of a Buffer. The default reads a
+  // Buffer and writes it once; the network stores write each piece of the response as it arrives,
+  // with no buffer of the range and no copy (`stoker cat > file`).
+  virtual void ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done);
 
   virtual absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) = 0;
 

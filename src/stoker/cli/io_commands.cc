@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,11 +30,13 @@
 namespace stoker::cli {
 namespace {
 
+absl::Status OutputError(int error) {
+  if (error == 0) return absl::OkStatus();
+  return absl::UnavailableError(StrCat("cannot write to standard output: ", strerror(error)));
+}
+
 absl::Status WriteAll(int fd, const Buffer& data) {
-  if (int error = stoker::WriteAll(fd, data.view()); error != 0) {
-    return absl::UnavailableError(StrCat("cannot write to standard output: ", strerror(error)));
-  }
-  return absl::OkStatus();
+  return OutputError(stoker::WriteAll(fd, data.view()));
 }
 
 // Standard output as `stoker cat` writes it: a pipe is enlarged to 1 MiB (when the system allows),
@@ -105,32 +108,51 @@ uint64_t PartSizeForLatency(absl::Duration round_trip, const io::ReaderOptions& 
   return std::max<uint64_t>(std::min(part, options.part_size), 1);
 }
 
-// Streams `range` of an object to `sink` in order, fetching up to `window` parts concurrently.
-// All parts are pinned to the ETag seen by Stat, so a concurrent overwrite fails the copy instead
-// of mixing versions. Parts are reader.options().part_size bytes, or with `size_parts_by_latency`
-// sized by the round trip of that Stat (see PartSizeForLatency).
+// The parts of a range of an object, as StreamObject and WriteObjectInPlace fetch them.
+struct PartPlan {
+  io::ObjectInfo info;  // from Stat: every part is pinned to info.etag
+  uint64_t begin = 0;   // the range, cut at the object's end
+  uint64_t end = 0;
+  uint64_t part = 0;  // bytes per part (the last may be shorter)
+  size_t parts = 0;
+};
+
+// Stats the object and splits `range` into parts of options.part_size bytes, or with
+// `size_parts_by_latency` sized by the round trip of that Stat (see PartSizeForLatency).
+absl::StatusOr<PartPlan> PlanParts(io::ObjectStore& store, std::string_view key,
+                                   io::ByteRange range, const io::ReaderOptions& options,
+                                   bool size_parts_by_latency) {
+  absl::Time stat_start = absl::Now();
+  PartPlan plan;
+  ASSIGN_OR_RETURN(plan.info, store.Stat(key));
+  if (range.offset > plan.info.size) {
+    return absl::OutOfRangeError(StrCat("offset ", range.offset, " is past the end of ",
+                                        store.Url(key), " (", plan.info.size, " bytes)"));
+  }
+  plan.begin = range.offset;
+  plan.end = std::min<uint64_t>(range.end(), plan.info.size);
+  plan.part = size_parts_by_latency ? PartSizeForLatency(absl::Now() - stat_start, options)
+                                    : options.part_size;
+  plan.parts = static_cast<size_t>((plan.end - plan.begin + plan.part - 1) / plan.part);
+  return plan;
+}
+
+// Streams `range` of an object to `sink` in order (on the calling thread), in the parts of
+// PlanParts, fetching up to `window` parts concurrently. All parts are pinned to the ETag seen by
+// Stat, so a concurrent overwrite fails the copy instead of mixing versions.
 absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::ByteRange range,
                           const std::function<absl::Status(Buffer)>& sink, int window = 16,
                           bool size_parts_by_latency = false) {
-  absl::Time stat_start = absl::Now();
-  ASSIGN_OR_RETURN(io::ObjectInfo info, reader.store().Stat(key));
-  if (range.offset > info.size) {
-    return absl::OutOfRangeError(StrCat("offset ", range.offset, " is past the end of ",
-                                        reader.store().Url(key), " (", info.size, " bytes)"));
-  }
-  uint64_t end = std::min<uint64_t>(range.end(), info.size);
-  const uint64_t part = size_parts_by_latency
-                            ? PartSizeForLatency(absl::Now() - stat_start, reader.options())
-                            : reader.options().part_size;
-  size_t parts = static_cast<size_t>((end - range.offset + part - 1) / part);
-
+  ASSIGN_OR_RETURN(PartPlan plan,
+                   PlanParts(reader.store(), key, range, reader.options(), size_parts_by_latency));
   absl::Mutex mu;
-  std::vector<std::optional<absl::StatusOr<Buffer>>> results(parts);
+  std::vector<std::optional<absl::StatusOr<Buffer>>> results(plan.parts);
   size_t issued = 0;
-  for (size_t written = 0; written < parts; ++written) {
-    for (; issued < parts && issued < written + static_cast<size_t>(window); ++issued) {
-      uint64_t offset = range.offset + issued * part;
-      reader.ReadRangesAsync(std::string(key), {{offset, std::min(part, end - offset)}}, info.etag,
+  for (size_t written = 0; written < plan.parts; ++written) {
+    for (; issued < plan.parts && issued < written + static_cast<size_t>(window); ++issued) {
+      uint64_t offset = plan.begin + issued * plan.part;
+      reader.ReadRangesAsync(std::string(key), {{offset, std::min(plan.part, plan.end - offset)}},
+                             plan.info.etag,
                              [&mu, &results, i = issued](absl::StatusOr<std::vector<Buffer>> r) {
                                absl::MutexLock lock(&mu);
                                if (r.ok()) {
@@ -164,6 +186,74 @@ absl::Status StreamObject(io::RangedReader& reader, std::string_view key, io::By
   return absl::OkStatus();
 }
 
+// Whether `fd` takes writes at any offset: a regular file not opened for appending, or the null
+// device. Then its position (where `stoker cat` starts writing) is returned.
+std::optional<uint64_t> PositionalOutput(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return std::nullopt;
+  const bool null_device = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+  if (!S_ISREG(st.st_mode) && !null_device) return std::nullopt;
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_APPEND) != 0) return std::nullopt;
+  off_t position = lseek(fd, 0, SEEK_CUR);
+  if (position < 0) return std::nullopt;
+  return static_cast<uint64_t>(position);
+}
+
+// Writes `range` of an object into `fd` from file offset `position` on, each part with pwrite
+// straight from the store's responses as they arrive (ObjectStore::ReadToAsync: no part buffers,
+// no copy), up to `in_flight` parts at a time, in the parts of PlanParts pinned to one ETag. The
+// file fills out of order; when all is written, the descriptor's position is moved past it (so
+// `{ stoker cat a; stoker cat b; } > f` concatenates). On an error, what was written stays.
+absl::Status WriteObjectInPlace(io::ObjectStore& store, std::string_view key, io::ByteRange range,
+                                const io::ReaderOptions& options, int fd, uint64_t position,
+                                int in_flight) {
+  ASSIGN_OR_RETURN(PartPlan plan, PlanParts(store, key, range, options,
+                                            /*size_parts_by_latency=*/true));
+  struct State {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+    absl::Status error ABSL_GUARDED_BY(mu);
+  } state;
+  for (size_t i = 0; i < plan.parts; ++i) {
+    {
+      absl::MutexLock lock(&state.mu);
+      auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(state.mu) {
+        return state.in_flight < in_flight || !state.error.ok();
+      };
+      state.mu.Await(absl::Condition(&room));
+      if (!state.error.ok()) break;
+      ++state.in_flight;
+    }
+    const uint64_t offset = plan.begin + i * plan.part;
+    const uint64_t length = std::min(plan.part, plan.end - offset);
+    const off_t at = static_cast<off_t>(position + (offset - plan.begin));
+    store.ReadToAsync(
+        io::ReadRequest{std::string(key), {offset, length}, plan.info.etag},
+        [fd, at](uint64_t from, std::string_view data) {
+          return OutputError(PwriteAll(fd, data, at + static_cast<off_t>(from)));
+        },
+        [&state, length, offset, url = store.Url(key)](absl::StatusOr<uint64_t> written) {
+          absl::MutexLock lock(&state.mu);
+          --state.in_flight;
+          if (!state.error.ok()) return;
+          if (!written.ok()) {
+            state.error = written.status();
+          } else if (*written != length) {
+            state.error = absl::DataLossError(
+                StrCat("reading bytes ", offset, "-", offset + length - 1, " of ", url, ": got ",
+                       *written, " bytes; the object changed during the read"));
+          }
+        });
+  }
+  absl::MutexLock lock(&state.mu);
+  state.mu.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &state.in_flight));
+  RETURN_IF_ERROR(state.error);
+  lseek(fd, static_cast<off_t>(position + (plan.end - plan.begin)), SEEK_SET);
+  return absl::OkStatus();
+}
+
 absl::Status Cat(const std::string& url, uint64_t offset, int64_t length) {
   // Keep freed memory mapped: glibc otherwise hands the top of the transport thread's heap back
   // to the kernel (madvise DONTNEED) every time it frees a few MiB there, and the next responses
@@ -174,6 +264,10 @@ absl::Status Cat(const std::string& url, uint64_t offset, int64_t length) {
   ASSIGN_OR_RETURN(io::StoreAndKey source, io::OpenUrl(url));
   io::RangedReader reader(source.store);
   io::ByteRange range{offset, length < 0 ? io::ByteRange::kToEnd : static_cast<uint64_t>(length)};
+  if (std::optional<uint64_t> position = PositionalOutput(STDOUT_FILENO)) {
+    return WriteObjectInPlace(*source.store, source.key, range, reader.options(), STDOUT_FILENO,
+                              *position, /*in_flight=*/16);
+  }
   PrepareStandardOutput();
   return StreamObject(
       reader, source.key, range, [](Buffer part) { return WriteAll(STDOUT_FILENO, part); },

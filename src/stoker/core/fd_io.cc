@@ -35,6 +35,13 @@ int WriteAll(int fd, std::string_view data) {
   return n < 0 ? static_cast<int>(-n) : 0;
 }
 
+int PwriteAll(int fd, std::string_view data, off_t offset) {
+  ssize_t n = Loop(data.size(), false, [&](size_t at, size_t left) {
+    return ::pwrite(fd, data.data() + at, left, offset + static_cast<off_t>(at));
+  });
+  return n < 0 ? static_cast<int>(-n) : 0;
+}
+
 int SendAll(int socket, std::string_view data) {
   ssize_t n = Loop(data.size(), false, [&](size_t at, size_t left) {
     return ::send(socket, data.data() + at, left, MSG_NOSIGNAL);

@@ -17,6 +17,8 @@ namespace stoker {
 // Writes all of `data`. Returns 0, or the errno of the write that failed (EIO if one wrote
 // nothing).
 int WriteAll(int fd, std::string_view data);
+// The same at file offset `offset` with pwrite (the descriptor's position is not used).
+int PwriteAll(int fd, std::string_view data, off_t offset);
 // The same over a socket with send(MSG_NOSIGNAL): a closed peer is EPIPE, not SIGPIPE.
 int SendAll(int socket, std::string_view data);
 

@@ -22,6 +22,19 @@ void ObjectStore::ReadBatchAsync(std::vector<ReadRequest> requests,
     ReadAsync(std::move(requests[i]), std::move(done[i]));
 }
 
+void ObjectStore::ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done) {
+  ReadAsync(std::move(request), [write = std::move(write),
+                                 done = std::move(done)](absl::StatusOr<Buffer> bytes) mutable {
+    if (!bytes.ok()) return std::move(done)(bytes.status());
+    if (!bytes->empty()) {
+      if (absl::Status written = write(0, bytes->view()); !written.ok()) {
+        return std::move(done)(written);
+      }
+    }
+    std::move(done)(bytes->size());
+  });
+}
+
 absl::Status ObjectStore::Put(std::string_view key, Buffer data) {
   ASSIGN_OR_RETURN(auto writer, OpenWriter(key));
   RETURN_IF_ERROR(writer->Append(std::move(data)));

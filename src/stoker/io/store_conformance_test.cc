@@ -13,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 
@@ -159,15 +160,14 @@ TEST_P(StoreConformanceTest, StatGivesTheSizeAndAMissingObjectIsNotFoundNamingTh
   EXPECT_EQ(store().Url(Key("x")).find(Key("x")) != std::string::npos, true) << store().Url("x");
 }
 
-TEST_P(StoreConformanceTest, RangesAtEveryEdge) {
-  const size_t n = 100'003;  // not a multiple of the cached driver's 4096-byte blocks
-  std::string data = RandomBytes(n, 2);
-  Put("obj", data);
-  struct Case {
-    ByteRange range;
-    std::string want;
-  };
-  const Case cases[] = {
+// Ranges at every edge of an object of data.size() bytes, and what a read of each gives.
+struct EdgeCase {
+  ByteRange range;
+  std::string want;
+};
+std::vector<EdgeCase> EdgeCases(const std::string& data) {
+  const size_t n = data.size();
+  return {
       {{}, data},                                      // the whole object
       {{0, 0}, ""},                                    // empty, at the start
       {{0, 1}, data.substr(0, 1)},                     // the first byte
@@ -180,7 +180,17 @@ TEST_P(StoreConformanceTest, RangesAtEveryEdge) {
       {{n, 0}, ""},                                    // empty, exactly at the end
       {{0, n + 12345}, data},                          // longer than the object
   };
-  for (const Case& c : cases) {
+}
+// Ranges that start past the end of an object of n bytes (OutOfRange).
+std::vector<ByteRange> PastTheEnd(size_t n) {
+  return {ByteRange{n + 1, 0}, ByteRange{n + 1, 10}, ByteRange{n + 4096, 1}};
+}
+
+TEST_P(StoreConformanceTest, RangesAtEveryEdge) {
+  const size_t n = 100'003;  // not a multiple of the cached driver's 4096-byte blocks
+  std::string data = RandomBytes(n, 2);
+  Put("obj", data);
+  for (const EdgeCase& c : EdgeCases(data)) {
     auto got = store().Read(Key("obj"), c.range);
     ASSERT_TRUE(got.ok()) << "[" << c.range.offset << ", +" << c.range.length
                           << "): " << got.status();
@@ -188,11 +198,76 @@ TEST_P(StoreConformanceTest, RangesAtEveryEdge) {
         << "[" << c.range.offset << ", +" << c.range.length << ")";
     EXPECT_TRUE(got->view() == c.want) << "[" << c.range.offset << ", +" << c.range.length << ")";
   }
-  for (ByteRange past : {ByteRange{n + 1, 0}, ByteRange{n + 1, 10}, ByteRange{n + 4096, 1}}) {
+  for (ByteRange past : PastTheEnd(n)) {
     auto got = store().Read(Key("obj"), past);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kOutOfRange)
         << "[" << past.offset << ", +" << past.length << "): " << got.status();
   }
+}
+
+// ReadToAsync into a string: every write must land inside the range; returns the bytes written.
+absl::StatusOr<std::string> ReadTo(ObjectStore& store, const std::string& key, ByteRange range) {
+  std::mutex mu;
+  std::string out;
+  std::promise<absl::StatusOr<uint64_t>> written;
+  store.ReadToAsync(
+      {key, range, ""},
+      [&](uint64_t offset, std::string_view data) -> absl::Status {
+        std::lock_guard<std::mutex> lock(mu);
+        if (range.length != ByteRange::kToEnd && offset + data.size() > range.length) {
+          return absl::InternalError(absl::StrCat("a write at ", offset, " of ", data.size(),
+                                                  " bytes reaches past the range"));
+        }
+        if (out.size() < offset + data.size()) out.resize(offset + data.size());
+        out.replace(offset, data.size(), data);
+        return absl::OkStatus();
+      },
+      [&](absl::StatusOr<uint64_t> n) { written.set_value(std::move(n)); });
+  ASSIGN_OR_RETURN(uint64_t n, written.get_future().get());
+  std::lock_guard<std::mutex> lock(mu);
+  if (n != out.size()) {
+    return absl::InternalError(absl::StrCat("reported ", n, " bytes, wrote ", out.size()));
+  }
+  return out;
+}
+
+TEST_P(StoreConformanceTest, ReadToWritesTheBytesOfReadAtEveryEdge) {
+  const size_t n = 100'003;
+  std::string data = RandomBytes(n, 2);
+  Put("obj", data);
+  for (const EdgeCase& c : EdgeCases(data)) {
+    auto got = ReadTo(store(), Key("obj"), c.range);
+    ASSERT_TRUE(got.ok()) << "[" << c.range.offset << ", +" << c.range.length
+                          << "): " << got.status();
+    EXPECT_TRUE(*got == c.want) << "[" << c.range.offset << ", +" << c.range.length << ")";
+  }
+  for (ByteRange past : PastTheEnd(n)) {
+    EXPECT_EQ(ReadTo(store(), Key("obj"), past).status().code(), absl::StatusCode::kOutOfRange)
+        << "[" << past.offset << ", +" << past.length << ")";
+  }
+  EXPECT_EQ(ReadTo(store(), Key("missing"), {0, 10}).status().code(), absl::StatusCode::kNotFound);
+  Put("empty", "");
+  auto empty = ReadTo(store(), Key("empty"), {});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST_P(StoreConformanceTest, AWriteErrorEndsAReadToWithThatErrorAndNoRetry) {
+  Put("obj", RandomBytes(1 << 20, 7));
+  std::atomic<int> calls{0};
+  std::promise<absl::StatusOr<uint64_t>> written;
+  // Unavailable, which a store would retry were it its own failure.
+  store().ReadToAsync(
+      {Key("obj"), {}, ""},
+      [&](uint64_t, std::string_view) {
+        ++calls;
+        return absl::UnavailableError("the disk went away");
+      },
+      [&](absl::StatusOr<uint64_t> n) { written.set_value(std::move(n)); });
+  auto got = written.get_future().get();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("the disk went away"));
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST_P(StoreConformanceTest, EmptyObject) {

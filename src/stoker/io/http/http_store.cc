@@ -128,17 +128,9 @@ void HttpStore::ReadAsync(ReadRequest request, ReadCallback done) {
       std::move(done)(Buffer());
     });
   }
-  std::string url = StrCat(base_, "/", EncodePath(request.key));
   ByteRange range = request.range;
-  std::string if_match = request.if_match;
-  SendWithRetries(
-      *transport_, retry_,
-      [url, range, if_match](int) -> absl::StatusOr<HttpRequest> {
-        HttpRequest r{"GET", url};
-        r.headers.emplace_back("Range", RangeHeaderValue(range));
-        if (!if_match.empty()) r.headers.emplace_back("If-Match", if_match);
-        return r;
-      },
+  Get(
+      std::move(request), nullptr,
       [display, range](HttpResponse r) -> absl::StatusOr<HttpResponse> {
         ASSIGN_OR_RETURN(r.body, RangeFromResponse(r, range, display));
         return r;
@@ -147,6 +139,45 @@ void HttpStore::ReadAsync(ReadRequest request, ReadCallback done) {
         if (!r.ok()) return std::move(done)(r.status());
         std::move(done)(std::move(r->body));
       });
+}
+
+void HttpStore::ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done) {
+  if (request.range.length == 0) {
+    return ObjectStore::ReadToAsync(std::move(request), std::move(write), std::move(done));
+  }
+  auto sink = std::make_shared<RangeSink>(request.range, Url(request.key), std::move(write));
+  auto written = std::make_shared<uint64_t>(0);
+  Get(
+      std::move(request), sink,
+      [sink, written](HttpResponse r) -> absl::StatusOr<HttpResponse> {
+        ASSIGN_OR_RETURN(*written, sink->Finish(r));
+        return r;
+      },
+      [sink, written, done = std::move(done)](absl::StatusOr<HttpResponse> r) mutable {
+        if (!r.ok()) {
+          absl::Status write_error = sink->error();
+          return std::move(done)(write_error.ok() ? r.status() : write_error);
+        }
+        std::move(done)(*written);
+      });
+}
+
+void HttpStore::Get(ReadRequest request, std::shared_ptr<RangeSink> sink, ResponseCheck check,
+                    HttpCallback done) {
+  std::string url = StrCat(base_, "/", EncodePath(request.key));
+  SendWithRetries(
+      *transport_, retry_,
+      [url, range = request.range, if_match = request.if_match,
+       sink](int) -> absl::StatusOr<HttpRequest> {
+        // A write that failed stops the read: it is not the store's failure to retry.
+        if (sink != nullptr) RETURN_IF_ERROR(sink->error());
+        HttpRequest r{"GET", url};
+        r.headers.emplace_back("Range", RangeHeaderValue(range));
+        if (!if_match.empty()) r.headers.emplace_back("If-Match", if_match);
+        r.body_sink = sink;
+        return r;
+      },
+      std::move(check), std::move(done));
 }
 
 absl::StatusOr<std::unique_ptr<ObjectWriter>> HttpStore::OpenWriter(std::string_view key) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "stoker/io/http/http_transport.h"
+#include "stoker/io/http/http_util.h"
 #include "stoker/io/object_store.h"
 
 namespace stoker::io {
@@ -21,10 +22,15 @@ class HttpStore : public ObjectStore {
   void StatAsync(std::string key, StatCallback done) override;
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
+  void ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
   absl::Status Delete(std::string_view key) override;
 
  private:
+  // One ranged GET with retries; with a sink, the body goes there as it arrives.
+  void Get(ReadRequest request, std::shared_ptr<RangeSink> sink, ResponseCheck check,
+           HttpCallback done);
+
   const std::string base_;
   HttpTransport* const transport_;
   const RetryPolicy retry_;

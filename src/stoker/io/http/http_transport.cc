@@ -27,7 +27,11 @@ struct HttpTransport::Transfer {
   // stream of responses reuses mapped memory), else into `body`.
   BufferPool::Block pooled;
   size_t pooled_size = 0;
+  uint64_t announced_length = 0;  // Content-Length of the current response (0: none)
   std::string body;
+  // Whether the current response's body goes to request.body_sink (decided at its first byte).
+  enum class Sink { kUndecided, kYes, kNo } sink = Sink::kUndecided;
+  uint64_t sunk_bytes = 0;
   HttpHeaders headers;
   char error[CURL_ERROR_SIZE] = {0};
 
@@ -52,7 +56,7 @@ void RecordMetrics(CURL* easy, const std::string& method,
   if (!result.ok()) return;
   m.GetCounter("stoker_store_received_bytes_total", "Response body bytes from object stores",
                {{"method", method}})
-      .Increment(static_cast<double>(result->body.size()));
+      .Increment(static_cast<double>(result->body.size() + result->sunk_bytes));
   curl_off_t total_us = 0, first_byte_us = 0;
   curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total_us);
   curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
@@ -74,11 +78,11 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     std::string value(absl::StripAsciiWhitespace(ToAbsl(line.substr(colon + 1))));
     if (name == "content-length") {
       uint64_t length = 0;
-      // Reserve up front so the body is received without reallocations; capped so that a lying
-      // header cannot make us allocate absurd memory.
-      if (absl::SimpleAtoi(value, &length) && length > 0 && length <= (uint64_t{1} << 30)) {
-        transfer->pooled = BufferPool::Default().Get(length);
-        transfer->pooled_size = 0;
+      // The body block is reserved at the first byte (unless the body goes to a sink), so that
+      // it is received without reallocations; capped so that a lying header cannot make us
+      // allocate absurd memory.
+      if (absl::SimpleAtoi(value, &length) && length <= (uint64_t{1} << 30)) {
+        transfer->announced_length = length;
       }
     }
     transfer->headers.emplace_back(std::move(name), std::move(value));
@@ -86,13 +90,33 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     transfer->headers.clear();  // a new response (after 100 Continue or a redirect)
     transfer->pooled = BufferPool::Block();
     transfer->pooled_size = 0;
+    transfer->announced_length = 0;
+    transfer->sink = HttpTransport::Transfer::Sink::kUndecided;
+    transfer->sunk_bytes = 0;
   }
   return size * count;
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  using Sink = HttpTransport::Transfer::Sink;
   auto* t = static_cast<HttpTransport::Transfer*>(user);
   const size_t n = size * count;
+  if (t->sink == Sink::kUndecided) {
+    long status = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    BodySink* sink = t->request.body_sink.get();
+    t->sink = sink != nullptr && sink->Accept(static_cast<int>(status), t->headers) ? Sink::kYes
+                                                                                    : Sink::kNo;
+    if (t->sink == Sink::kNo && t->announced_length > 0 && t->body.empty()) {
+      t->pooled = BufferPool::Default().Get(t->announced_length);
+      t->pooled_size = 0;
+    }
+  }
+  if (t->sink == Sink::kYes) {
+    if (!t->request.body_sink->Write(std::string_view(data, n))) return 0;  // CURLE_WRITE_ERROR
+    t->sunk_bytes += n;
+    return n;
+  }
   if (t->pooled.data() != nullptr) {
     if (t->pooled_size + n <= t->pooled.capacity()) {
       std::memcpy(t->pooled.data() + t->pooled_size, data, n);
@@ -253,6 +277,8 @@ void HttpTransport::Finish(void* easy, int curl_code) {
     response.headers = std::move(t->headers);
     response.body = t->pooled.data() != nullptr ? t->pooled.Share(0, t->pooled_size)
                                                 : Buffer::FromString(std::move(t->body));
+    response.body_sunk = t->sink == Transfer::Sink::kYes;
+    response.sunk_bytes = t->sunk_bytes;
     result = std::move(response);
   }
   {
@@ -344,8 +370,9 @@ absl::Status CheckBodyLength(const HttpResponse& response, const std::string& ur
   std::string announced = response.Header("content-length");
   uint64_t length = 0;
   if (announced.empty() || !absl::SimpleAtoi(announced, &length)) return absl::OkStatus();
-  if (response.body.size() != length) {
-    return absl::DataLossError(StrCat(url, ": response body has ", response.body.size(),
+  if (response.body.size() + response.sunk_bytes != length) {
+    return absl::DataLossError(StrCat(url, ": response body has ",
+                                      response.body.size() + response.sunk_bytes,
                                       " bytes but Content-Length announced ", length));
   }
   return absl::OkStatus();

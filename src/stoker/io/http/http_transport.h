@@ -31,6 +31,21 @@ namespace stoker::io {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
+// Where a response body goes instead of HttpResponse::body, as it arrives: no buffer, no copy
+// (`stoker cat > file` writes each part in place from libcurl's receive buffer). Called on the
+// transport thread; must be quick. One sink may serve several attempts of a request (retries):
+// Accept starts each attempt's body.
+class BodySink {
+ public:
+  virtual ~BodySink() = default;
+  // Before the first byte of a body, with the status and headers: true to take the body through
+  // Write; false to keep it in HttpResponse::body as usual (an error response, for its message).
+  virtual bool Accept(int status, const HttpHeaders& headers) = 0;
+  // The next bytes of an accepted body, in order. False stops the transfer: the request fails
+  // (Unavailable, a write error), and the sink keeps the reason.
+  virtual bool Write(std::string_view data) = 0;
+};
+
 struct HttpRequest {
   std::string method = "GET";  // GET, HEAD, PUT, POST, DELETE
   std::string url;
@@ -41,12 +56,17 @@ struct HttpRequest {
   absl::Duration timeout = absl::ZeroDuration();
   // Not sent before this time (used for retry backoff).
   absl::Time not_before = absl::InfinitePast();
+  // When set, the body goes here (if the sink accepts it) instead of into HttpResponse::body.
+  std::shared_ptr<BodySink> body_sink;
 };
 
 struct HttpResponse {
   int status = 0;
   HttpHeaders headers;  // names in lower case, in arrival order
   Buffer body;
+  // Body bytes handed to the request's BodySink (then `body` is empty).
+  uint64_t sunk_bytes = 0;
+  bool body_sunk = false;
 
   // The value of the last header named `name` (lower case), or "" when absent.
   std::string Header(std::string_view name) const;
@@ -107,9 +127,9 @@ using RequestFactory = absl::AnyInvocable<absl::StatusOr<HttpRequest>(int attemp
 // Unavailable to be retried), or the response to deliver.
 using ResponseCheck = absl::AnyInvocable<absl::StatusOr<HttpResponse>(HttpResponse response)>;
 
-// Sends with retries per `policy` and IsRetryable. A 200/206 response whose body length differs
-// from its Content-Length is DataLoss and retried, never delivered. The final error names the
-// number of attempts and the last error.
+// Sends with retries per `policy` and IsRetryable. A 200/206 response whose body length (kept or
+// sunk) differs from its Content-Length is DataLoss and retried, never delivered. The final error
+// names the number of attempts and the last error.
 void SendWithRetries(HttpTransport& transport, RetryPolicy policy, RequestFactory make_request,
                      ResponseCheck check, HttpCallback done);
 // The same, waiting for the result. Must not be called from the transport thread.

@@ -1,8 +1,10 @@
 #include "stoker/io/http/http_util.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "absl/strings/numbers.h"
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 
 namespace stoker::io {
@@ -28,15 +30,15 @@ absl::Status HttpStatusToStatus(int http_status, std::string_view url) {
   return absl::UnknownError(StrCat(where, " (unexpected status)"));
 }
 
-absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange requested,
-                                         std::string_view url) {
+absl::StatusOr<RangeInBody> LocateRange(const HttpResponse& response, uint64_t body_size,
+                                        ByteRange requested, std::string_view url) {
   if (response.status == 200) {
-    if (requested.offset > response.body.size()) {
+    if (requested.offset > body_size) {
       return absl::OutOfRangeError(StrCat("read of ", url, " at offset ", requested.offset,
-                                          " is past the end of the object (", response.body.size(),
+                                          " is past the end of the object (", body_size,
                                           " bytes)"));
     }
-    return response.body.Slice(requested.offset, requested.length);
+    return RangeInBody{requested.offset, std::min(requested.length, body_size - requested.offset)};
   }
   if (response.status != 206) return HttpStatusToStatus(response.status, url);
   // Content-Range: bytes first-last/total
@@ -59,11 +61,54 @@ absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange
     return absl::DataLossError(StrCat(url, ": server returned bytes ", first, "-", last,
                                       " for a request of ", RangeHeaderValue(requested)));
   }
-  if (response.body.size() != last - first + 1) {
+  if (body_size != last - first + 1) {
     return absl::DataLossError(
-        StrCat(url, ": short body: ", response.body.size(), " bytes for range ", first, "-", last));
+        StrCat(url, ": short body: ", body_size, " bytes for range ", first, "-", last));
   }
-  return response.body;
+  return RangeInBody{0, body_size};
+}
+
+absl::StatusOr<Buffer> RangeFromResponse(const HttpResponse& response, ByteRange requested,
+                                         std::string_view url) {
+  ASSIGN_OR_RETURN(RangeInBody in_body,
+                   LocateRange(response, response.body.size(), requested, url));
+  return response.body.Slice(in_body.skip, in_body.length);
+}
+
+bool RangeSink::Accept(int status, const HttpHeaders& headers) {
+  position_ = 0;
+  HttpResponse head{status, headers};
+  uint64_t length = 0;
+  if (!absl::SimpleAtoi(head.Header("content-length"), &length)) return false;
+  absl::StatusOr<RangeInBody> located = LocateRange(head, length, requested_, url_);
+  if (!located.ok()) return false;  // kept, so that Finish reports it with the body
+  located_ = *located;
+  return true;
+}
+
+bool RangeSink::Write(std::string_view data) {
+  const uint64_t begin = position_;
+  position_ += data.size();
+  const uint64_t from = std::max(begin, located_.skip);
+  const uint64_t to = std::min(position_, located_.skip + located_.length);
+  if (from >= to) return true;
+  absl::Status status = write_(from - located_.skip, data.substr(from - begin, to - from));
+  if (status.ok()) return true;
+  absl::MutexLock lock(&mu_);
+  error_ = std::move(status);
+  return false;
+}
+
+absl::Status RangeSink::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+absl::StatusOr<uint64_t> RangeSink::Finish(const HttpResponse& response) {
+  if (response.body_sunk) return located_.length;  // its length was checked against Content-Length
+  ASSIGN_OR_RETURN(Buffer bytes, RangeFromResponse(response, requested_, url_));
+  if (!bytes.empty()) RETURN_IF_ERROR(write_(0, bytes.view()));
+  return bytes.size();
 }
 
 absl::StatusOr<absl::Time> ParseHttpDate(std::string_view value) {

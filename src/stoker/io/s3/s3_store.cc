@@ -193,6 +193,8 @@ void S3Store::Send(Call call, ResponseCheck check, HttpCallback done) {
   std::string url = Url(call.key);
   auto make_request = [this, call = std::move(call),
                        payload_hash](int attempt) -> absl::StatusOr<HttpRequest> {
+    // A write that failed stops the read: it is not the store's failure to retry.
+    if (call.sink != nullptr) RETURN_IF_ERROR(call.sink->error());
     ASSIGN_OR_RETURN(s3::S3Request built,
                      s3::BuildRequest(config_, call.method, bucket_, call.key, call.query,
                                       call.headers, payload_hash, absl::Now()));
@@ -201,6 +203,7 @@ void S3Store::Send(Call call, ResponseCheck check, HttpCallback done) {
       request.headers.emplace_back(std::move(header.name), std::move(header.value));
     }
     request.body = call.body;
+    request.body_sink = call.sink;
     return request;
   };
   std::string key_id = config_.credentials.access_key_id;
@@ -306,6 +309,38 @@ void S3Store::ReadAsync(ReadRequest request, ReadCallback done) {
         }
         if (!r.ok()) return std::move(done)(r.status());
         std::move(done)(std::move(r->body));
+      });
+}
+
+void S3Store::ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done) {
+  if (request.range.length == 0) {
+    return ObjectStore::ReadToAsync(std::move(request), std::move(write), std::move(done));
+  }
+  Call call{"GET", request.key};
+  call.headers.push_back({"range", RangeHeaderValue(request.range)});
+  if (!request.if_match.empty())
+    call.headers.push_back({"if-match", StrCat("\"", request.if_match, "\"")});
+  auto sink = std::make_shared<RangeSink>(request.range, Url(request.key), write);
+  call.sink = sink;
+  auto written = std::make_shared<uint64_t>(0);
+  Send(
+      std::move(call),
+      [sink, written](HttpResponse r) -> absl::StatusOr<HttpResponse> {
+        ASSIGN_OR_RETURN(*written, sink->Finish(r));
+        return r;
+      },
+      [this, request, write, sink, written,
+       done = std::move(done)](absl::StatusOr<HttpResponse> r) mutable {
+        // S3 answers InvalidRange for "bytes=0-" on an empty object: ReadAsync's path knows it.
+        if (!r.ok() && r.status().code() == absl::StatusCode::kOutOfRange &&
+            request.range.offset == 0) {
+          return ObjectStore::ReadToAsync(std::move(request), std::move(write), std::move(done));
+        }
+        if (!r.ok()) {
+          absl::Status write_error = sink->error();
+          return std::move(done)(write_error.ok() ? r.status() : write_error);
+        }
+        std::move(done)(*written);
       });
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "stoker/io/http/http_transport.h"
+#include "stoker/io/http/http_util.h"
 #include "stoker/io/object_store.h"
 #include "stoker/io/s3/credentials.h"
 #include "stoker/io/s3/sigv4.h"
@@ -41,6 +42,7 @@ class S3Store : public ObjectStore {
   void StatAsync(std::string key, StatCallback done) override;
   absl::StatusOr<ListResult> List(const ListOptions& options) override;
   void ReadAsync(ReadRequest request, ReadCallback done) override;
+  void ReadToAsync(ReadRequest request, WriteAtFn write, WrittenCallback done) override;
   absl::StatusOr<std::unique_ptr<ObjectWriter>> OpenWriter(std::string_view key) override;
   absl::Status Delete(std::string_view key) override;
 
@@ -52,6 +54,8 @@ class S3Store : public ObjectStore {
     s3::QueryParams query;
     std::vector<s3::HttpHeader> headers;
     Buffer body;
+    // A GET's body goes here as it arrives when set (ReadToAsync).
+    std::shared_ptr<RangeSink> sink;
   };
   void Send(Call call, ResponseCheck check, HttpCallback done);
   absl::StatusOr<HttpResponse> SendSync(Call call, ResponseCheck check = nullptr);
