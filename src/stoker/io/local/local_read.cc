@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,6 +102,27 @@ void PreadAll(const LocalStoreOptions& options, LocalRead& read) {
                               static_cast<off_t>(read.start + read.got));
     if (n < 0 && injected == 0) n = -errno;
     if (read.Advance(n)) return;
+  }
+}
+
+bool ReadFromPageCache(LocalRead& read) {
+  // Kernels or file systems without RWF_NOWAIT for buffered reads say so once; then never again.
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return false;
+  while (true) {
+    iovec iov{read.block.data() + read.got, read.length - read.got};
+    ssize_t n =
+        ::preadv2(read.file->fd, &iov, 1, static_cast<off_t>(read.start + read.got), RWF_NOWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return false;  // not (all) in the page cache
+      if (errno == EOPNOTSUPP || errno == EINVAL) {
+        unsupported.store(true, std::memory_order_relaxed);
+        return false;
+      }
+      n = -errno;
+    }
+    if (read.Advance(n)) return true;
   }
 }
 

@@ -127,6 +127,11 @@ struct LocalRead {
 // honouring options.inject_error.
 void PreadAll(const LocalStoreOptions& options, LocalRead& read);
 
+// Reads what the page cache holds of `read` on the calling thread (preadv2 with RWF_NOWAIT: it
+// never waits for the device). True when `read` is complete (done, end of file or error); false
+// when the rest must come from the device (read.got says how much is in already).
+bool ReadFromPageCache(LocalRead& read);
+
 // Runs prepared reads. Thread-safe.
 class ReadEngine {
  public:

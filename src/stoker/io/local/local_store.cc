@@ -163,6 +163,7 @@ void LocalStore::ReadBatchAsync(std::vector<ReadRequest> requests, std::vector<R
   std::vector<std::shared_ptr<OpenFile>> files;
   std::vector<std::unique_ptr<LocalRead>> reads, answered;
   reads.reserve(requests.size());
+  const bool cache_first = options_.page_cache_first && !options_.inject_error;
   for (size_t i = 0; i < requests.size(); ++i) {
     std::string path = Url(requests[i].key);
     std::shared_ptr<OpenFile> file;
@@ -181,6 +182,22 @@ void LocalStore::ReadBatchAsync(std::vector<ReadRequest> requests, std::vector<R
     } else {
       answered.push_back(std::move(read));
     }
+  }
+  if (cache_first) {
+    // The engine starts on the later half of a large batch while this thread reads the first
+    // half from the page cache: the copies of a warm batch run on two cores, not one.
+    size_t inline_count = reads.size() >= 8 ? reads.size() / 2 : reads.size();
+    std::vector<std::unique_ptr<LocalRead>> later(
+        std::make_move_iterator(reads.begin() + static_cast<ptrdiff_t>(inline_count)),
+        std::make_move_iterator(reads.end()));
+    reads.resize(inline_count);
+    engine_->Submit(std::move(later));
+    for (auto& read : reads) {
+      if (!read->file->direct && local_internal::ReadFromPageCache(*read)) {
+        answered.push_back(std::move(read));
+      }
+    }
+    std::erase(reads, nullptr);
   }
   engine_->Submit(std::move(reads));
   for (auto& read : answered) read->Complete();

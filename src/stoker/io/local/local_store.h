@@ -2,7 +2,8 @@
 // (Url(key) == "/" + key). Writes go to a temporary file in the same folder that is renamed into
 // place by Close(), so a reader never sees a half-written file.
 //
-// Reads run on one of two engines, chosen when the store is created (docs/reads.md):
+// Reads of data in the page cache are done on the calling thread (page_cache_first below); the
+// rest run on one of two engines, chosen when the store is created (docs/reads.md):
 //   io_uring  `io_threads` threads, each owning one ring. A ReadBatchAsync call goes to the rings
 //             as a few batches and each ring submits everything it has in one system call;
 //             completions drive the callbacks (they run on the ring's thread).
@@ -42,6 +43,11 @@ struct LocalStoreOptions {
   int io_threads = 0;
   // Submission queue entries per ring (reads in flight per ring); more wait in the ring's queue.
   unsigned ring_entries = 128;
+  // Read what the page cache holds on the calling thread first (preadv2 with RWF_NOWAIT, which
+  // never waits for the device), and give the engine only what is left: warm data is answered
+  // without a hand-off to an engine thread and back, cold data still gets the engine's queue
+  // depth. Not with `direct` (no page cache) or inject_error (tests of the engines).
+  bool page_cache_first = true;
   // Open files with O_DIRECT.
   bool direct = false;
   // Tests only: called before each read is issued; a non-zero errno fails that read as if the
