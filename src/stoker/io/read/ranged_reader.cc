@@ -26,6 +26,21 @@ std::string RangeText(ByteRange r) {
 
 using DoneFn = absl::AnyInvocable<void(absl::StatusOr<std::vector<Buffer>>) &&>;
 
+// The call whose requests this thread is issuing to the store right now: an answer that arrives
+// on this thread while it is (a cache hit, a memory store) came back inside the call and is no
+// latency sample of the store.
+thread_local const void* tls_issuing = nullptr;
+class IssuingScope {
+ public:
+  explicit IssuingScope(const void* call) : saved_(tls_issuing) { tls_issuing = call; }
+  ~IssuingScope() { tls_issuing = saved_; }
+  IssuingScope(const IssuingScope&) = delete;
+  IssuingScope& operator=(const IssuingScope&) = delete;
+
+ private:
+  const void* saved_;
+};
+
 }  // namespace
 
 // One ReadRangesAsync call: its plan, its parts and their results. Shared by the store callbacks
@@ -80,7 +95,7 @@ class RangedReader::Impl {
     }
     if (timer.joinable()) timer.join();
     absl::MutexLock lock(&mu_);
-    while (outstanding_ > 0) cv_.Wait(&mu_);
+    while (outstanding_ > 0) idle_.Wait(&mu_);
   }
 
   void Start(std::shared_ptr<ReadCall> call);
@@ -102,9 +117,12 @@ class RangedReader::Impl {
  private:
   void Pump(const std::shared_ptr<ReadCall>& call);
   void IssueAttempt(const std::shared_ptr<ReadCall>& call, size_t part, bool hedge);
-  // Counts the attempt as outstanding, arms its hedge timer and returns its request and callback.
+  // Counts the attempt as outstanding and returns its request and callback (and when it started).
   std::pair<ReadRequest, ReadCallback> PrepareAttempt(const std::shared_ptr<ReadCall>& call,
-                                                      size_t part, bool hedge);
+                                                      size_t part, absl::Time* started);
+  // After a first attempt was issued: arms its hedge timer, unless it was answered meanwhile (a
+  // hit in a cache answers inside the call: no timer, no wake-up of the timer thread).
+  void ArmHedge(const std::shared_ptr<ReadCall>& call, size_t part, absl::Time started);
   void OnAttemptDone(const std::shared_ptr<ReadCall>& call, size_t part, absl::Time started,
                      absl::StatusOr<Buffer> result);
   void Finish(const std::shared_ptr<ReadCall>& call);
@@ -113,7 +131,8 @@ class RangedReader::Impl {
   void TimerLoop();
 
   absl::Mutex mu_;
-  absl::CondVar cv_;
+  absl::CondVar cv_;    // the hedge timer's: a new earliest hedge, or stopping
+  absl::CondVar idle_;  // the destructor's: outstanding_ reached zero
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // store requests not yet answered
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Hedge timers: when to re-issue which part. Weak, so a finished call is not kept alive.
@@ -173,23 +192,47 @@ void RangedReader::Impl::Pump(const std::shared_ptr<ReadCall>& call) {
     std::vector<ReadCallback> callbacks;
     requests.reserve(to_issue.size());
     callbacks.reserve(to_issue.size());
+    absl::Time started;
     for (size_t p : to_issue) {
-      auto [request, callback] = PrepareAttempt(call, p, /*hedge=*/false);
+      auto [request, callback] = PrepareAttempt(call, p, &started);
       requests.push_back(std::move(request));
       callbacks.push_back(std::move(callback));
     }
-    store_->ReadBatchAsync(std::move(requests), std::move(callbacks));
+    {
+      IssuingScope issuing(call.get());
+      store_->ReadBatchAsync(std::move(requests), std::move(callbacks));
+    }
+    for (size_t p : to_issue) ArmHedge(call, p, started);
   }
 }
 
 void RangedReader::Impl::IssueAttempt(const std::shared_ptr<ReadCall>& call, size_t part,
                                       bool hedge) {
-  auto [request, callback] = PrepareAttempt(call, part, hedge);
-  store_->ReadAsync(std::move(request), std::move(callback));
+  absl::Time started;
+  auto [request, callback] = PrepareAttempt(call, part, &started);
+  {
+    IssuingScope issuing(call.get());
+    store_->ReadAsync(std::move(request), std::move(callback));
+  }
+  if (!hedge) ArmHedge(call, part, started);
+}
+
+void RangedReader::Impl::ArmHedge(const std::shared_ptr<ReadCall>& call, size_t part,
+                                  absl::Time started) {
+  if (!options_.hedge) return;
+  ByteRange range;
+  {
+    absl::MutexLock lock(&call->mu);
+    // (A finished call's parts may be gone.)
+    if (call->finished || call->parts[part].done) return;
+    range = call->parts[part].range;
+  }
+  absl::Duration delay = TrackerFor(range).HedgeDelay();
+  if (delay != absl::InfiniteDuration()) ScheduleHedge(call, part, started + delay);
 }
 
 std::pair<ReadRequest, ReadCallback> RangedReader::Impl::PrepareAttempt(
-    const std::shared_ptr<ReadCall>& call, size_t part, bool hedge) {
+    const std::shared_ptr<ReadCall>& call, size_t part, absl::Time* started_at) {
   ByteRange range;
   {
     absl::MutexLock lock(&call->mu);
@@ -199,16 +242,14 @@ std::pair<ReadRequest, ReadCallback> RangedReader::Impl::PrepareAttempt(
     absl::MutexLock lock(&mu_);
     ++outstanding_;
   }
-  absl::Time started = absl::Now();
-  if (!hedge && options_.hedge) {
-    absl::Duration delay = TrackerFor(range).HedgeDelay();
-    if (delay != absl::InfiniteDuration()) ScheduleHedge(call, part, started + delay);
-  }
+  const absl::Time started = absl::Now();
+  *started_at = started;
   ReadCallback callback = [this, call, part, started](absl::StatusOr<Buffer> result) {
     OnAttemptDone(call, part, started, std::move(result));
     // Last: the destructor may proceed once this reaches zero.
     absl::MutexLock lock(&mu_);
-    if (--outstanding_ == 0) cv_.SignalAll();
+    // (Not the timer's condition variable: an answer must not wake the timer thread.)
+    if (--outstanding_ == 0 && stopping_) idle_.SignalAll();
   };
   return {ReadRequest{call->key, range, call->if_match}, std::move(callback)};
 }
@@ -255,7 +296,7 @@ void RangedReader::Impl::OnAttemptDone(const std::shared_ptr<ReadCall>& call, si
         Annotate(result.status(), StrCat("reading ", RangeText(range), " of ", call->url)));
     return;
   }
-  TrackerFor(range).Record(absl::Now() - started);
+  if (tls_issuing != call.get()) TrackerFor(range).Record(absl::Now() - started);
   if (all_done) {
     Finish(call);
   } else {
@@ -328,9 +369,10 @@ void RangedReader::Impl::ScheduleHedge(const std::shared_ptr<ReadCall>& call, si
                                        absl::Time due) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
-  hedges_.emplace(due, std::make_pair(std::weak_ptr<ReadCall>(call), part));
+  auto it = hedges_.emplace(due, std::make_pair(std::weak_ptr<ReadCall>(call), part));
   if (!timer_.joinable()) timer_ = StartThread("read-hedge", [this] { TimerLoop(); });
-  cv_.SignalAll();
+  // The timer sleeps until the earliest due time: wake it only when that moved earlier.
+  if (it == hedges_.begin()) cv_.SignalAll();
 }
 
 void RangedReader::Impl::TimerLoop() {

@@ -185,6 +185,37 @@ TEST(RangedReaderTest, HedgingReissuesAStalledPart) {
   f.store->ReleaseStalled();  // the loser answers late and is dropped
 }
 
+// A store that answers inside ReadAsync (as a block cache does on a hit), after `delay`.
+class SynchronousStore : public MemoryStore {
+ public:
+  void ReadAsync(ReadRequest request, ReadCallback done) override {
+    reads.fetch_add(1);
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+    MemoryStore::ReadAsync(std::move(request), std::move(done));
+  }
+  std::atomic<int> reads{0};
+  absl::Duration delay;
+};
+
+TEST(RangedReaderTest, AnswersInsideTheCallAreNeitherHedgedNorLatencySamples) {
+  auto store = std::make_shared<SynchronousStore>();
+  std::string data = Pattern(8000);
+  store->Set("obj", Buffer::Copy(data));
+  RangedReader reader(store, {.part_size = 1000,
+                              .hedge_multiple = 2,
+                              .hedge_floor = absl::Milliseconds(1),
+                              .hedge_min_samples = 1});
+  // Quick answers: were they latency samples, the hedge delay would drop to the 1 ms floor.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(reader.Read("obj", {0, 8000}).ok());
+  EXPECT_EQ(store->reads.load(), 160);
+  // A slow answer, still inside the call: nothing to hedge (no timer is armed for it).
+  store->delay = absl::Milliseconds(50);
+  auto got = reader.ReadRanges("obj", {{3000, 1000}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].view(), data.substr(3000, 1000));
+  EXPECT_EQ(store->reads.load(), 161);
+}
+
 TEST(RangedReaderTest, HedgeLosesToAFailedOriginalOnlyIfBothFail) {
   Fixture f(8000, {.latency = absl::Milliseconds(1)});
   RangedReader reader(f.store, {.part_size = 1000,
