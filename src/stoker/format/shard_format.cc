@@ -126,7 +126,7 @@ absl::StatusOr<uint32_t> AppendRecord(const Sample& sample, int zstd_level, std:
 }
 
 absl::StatusOr<Sample> DecodeRecord(const Buffer& record, std::string_view url, uint64_t offset,
-                                    std::string_view expected_key) {
+                                    std::string_view expected_key, RecordCrc crc) {
   auto error = [&](std::string_view what) { return RecordError(url, offset, expected_key, what); };
   Cursor prefix(record.view());
   uint64_t body_length, stored_crc;
@@ -138,7 +138,9 @@ absl::StatusOr<Sample> DecodeRecord(const Buffer& record, std::string_view url, 
                         " disagrees with the index (", record.size(), " bytes)"));
   }
   std::string_view body = record.view().substr(kRecordPrefixSize);
-  if (crc32c::Mask(crc32c::Value(body)) != stored_crc) return error("CRC32C mismatch");
+  if (crc == RecordCrc::kCheck && crc32c::Mask(crc32c::Value(body)) != stored_crc) {
+    return error("CRC32C mismatch");
+  }
 
   Cursor c(body);
   uint64_t flags, field_count, key_length;

@@ -38,10 +38,13 @@ absl::Status CheckHeader(std::string_view bytes, std::string_view url);
 absl::StatusOr<uint32_t> AppendRecord(const Sample& sample, int zstd_level, std::string* out);
 
 // Decodes one whole record (exactly `length` bytes as listed in the index) read from `url` at
-// `offset`. Checks the CRC, the structure and, when `expected_key` is non-empty, the key. Field
-// values are slices of `record` unless the payload is compressed.
+// `offset`. Checks the CRC (unless `crc` is kAlreadyChecked: these very bytes passed it before),
+// the structure and, when `expected_key` is non-empty, the key. Field values are slices of
+// `record` unless the payload is compressed.
+enum class RecordCrc { kCheck, kAlreadyChecked };
 absl::StatusOr<Sample> DecodeRecord(const Buffer& record, std::string_view url, uint64_t offset,
-                                    std::string_view expected_key);
+                                    std::string_view expected_key,
+                                    RecordCrc crc = RecordCrc::kCheck);
 
 // Appends one index entry.
 void AppendIndexEntry(uint64_t offset, uint32_t length, std::string_view key, std::string* out);

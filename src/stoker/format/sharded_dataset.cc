@@ -15,6 +15,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/shard_index.h"
+#include "stoker/io/cache/block_cache.h"
 #include "stoker/io/local/local_store.h"
 #include "stoker/io/read/range_plan.h"
 #include "stoker/io/read/ranged_reader.h"
@@ -349,7 +350,15 @@ void ShardedDataset::ReadSamplesAsync(
                 if ((*result)[j].size() != loc.length) {
                   sample = shard::RecordError(url, loc.offset, key, "truncated record");
                 } else {
-                  sample = shard::DecodeRecord((*result)[j], url, loc.offset, key);
+                  // A record in block-cache bytes is CRC-checked on its first read from them
+                  // (where the block entered the cache) and marked; later reads of those same
+                  // bytes skip the CRC (io::IsVerified).
+                  const Buffer& record = (*result)[j];
+                  const bool checked = io::IsVerified(record);
+                  sample = shard::DecodeRecord(
+                      record, url, loc.offset, key,
+                      checked ? shard::RecordCrc::kAlreadyChecked : shard::RecordCrc::kCheck);
+                  if (sample.ok() && !checked) io::MarkVerified(record);
                 }
                 if (sample.ok()) {
                   sample->index = index;

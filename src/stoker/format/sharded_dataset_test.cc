@@ -12,6 +12,7 @@
 
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_writer.h"
+#include "stoker/io/cache/cached_store.h"
 #include "stoker/io/local/local_store.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/io/read/range_plan.h"
@@ -187,6 +188,104 @@ TEST(DatasetTest, FlippedByteIsDataLossWithUrlOffsetAndKeyOrSkipped) {
   }
   EXPECT_EQ(n, 29);
   EXPECT_EQ(stream_options.report->count(), 1u);
+}
+
+// Through the block cache (as a pipeline reads an S3 dataset that fits): a record's CRC is checked
+// when its bytes enter the cache, and not again on later hits of those same bytes; a corrupt
+// record is DataLoss on every read (it is never marked); every sample's bytes are the same in each
+// epoch.
+TEST(DatasetTest, CachedDatasetChecksEachRecordWhereItEntersTheCache) {
+  constexpr uint64_t kSamples = 60;
+  auto make = [](uint64_t i) {
+    Sample s;
+    s.key = StrCat("k", i);
+    s.fields.push_back({"bin", Buffer::FromString(Payload(i, 5000 + i * 100))});
+    return s;
+  };
+  {
+    auto writer = DatasetWriter::Open("mem://dscache/d", {});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (uint64_t i = 0; i < kSamples; ++i) ASSERT_TRUE((*writer)->Add(make(i)).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto target = io::OpenUrl("mem://dscache/d/");
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto memory = std::dynamic_pointer_cast<io::MemoryStore>(target->store);
+  ASSERT_NE(memory, nullptr);
+  // Flip a byte of sample 7's payload in the store.
+  const std::string shard_key = target->key + "shard-00000.stk";
+  auto uncached = ShardedDataset::Open(target->store, target->key);
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  SampleLocation bad = (*uncached)->directory().location(7);
+  std::string bytes = memory->Read(shard_key)->ToString();
+  bytes[bad.offset + bad.length - 10] ^= 0x10;
+  memory->Set(shard_key, Buffer::FromString(std::move(bytes)));
+
+  auto cache = std::make_shared<io::BlockCache>(64 << 20);
+  auto cached =
+      std::make_shared<io::CachedStore>(target->store, cache,
+                                        io::CachedStoreOptions{.block_size = 64 << 10,
+                                                               .stat_ttl = absl::InfiniteDuration(),
+                                                               .restart_on_change = false});
+  auto ds = ShardedDataset::Open(
+      cached, target->key, {.reader = io::ReaderOptions{.max_hole = 0, .max_coalesced = 64 << 10}});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<uint64_t> good;
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    if (i != 7) good.push_back(i);
+  }
+  const uint64_t shard_size = memory->Stat(shard_key)->size;
+  uint64_t fetched_after_first = 0;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::mt19937 rng(epoch);
+    std::shuffle(good.begin(), good.end(), rng);
+    // In batches (neighbours in the shard are read as one range) and one by one (each record a
+    // slice of its cached block, unless it straddles two).
+    auto batch = (*ds)->ReadSamples(good);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_EQ(batch->size(), good.size());
+    for (size_t j = 0; j < good.size(); ++j) {
+      ASSERT_EQ((*batch)[j].key, make(good[j]).key);
+      ASSERT_TRUE((*batch)[j].fields == make(good[j]).fields) << "epoch " << epoch << " " << j;
+    }
+    for (uint64_t i : good) {
+      auto one = (*ds)->ReadSample(i);
+      ASSERT_TRUE(one.ok()) << one.status();
+      ASSERT_TRUE(one->fields == make(i).fields) << "epoch " << epoch << " sample " << i;
+    }
+    auto corrupt = (*ds)->ReadSample(7);
+    ASSERT_FALSE(corrupt.ok()) << "epoch " << epoch;
+    EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(corrupt.status().message(), HasSubstr("CRC32C mismatch"));
+    EXPECT_THAT(corrupt.status().message(), HasSubstr(StrCat("offset ", bad.offset)));
+    EXPECT_THAT(corrupt.status().message(), HasSubstr("k7"));
+    if (epoch == 0) fetched_after_first = cached->stats().fetched_bytes;
+  }
+  EXPECT_GE(fetched_after_first, shard_size);
+  EXPECT_EQ(cached->stats().fetched_bytes, fetched_after_first);  // later epochs: all hits
+
+  // Where the check is: a hit of bytes already checked is not checked again. (Changing the cached
+  // bytes in place is what no reader can do; here it shows that the hit skipped the CRC.)
+  uint64_t inside = kSamples;
+  for (uint64_t i : good) {
+    SampleLocation loc = (*ds)->directory().location(i);
+    if (loc.offset / (64 << 10) == (loc.offset + loc.length - 1) / (64 << 10)) inside = i;
+  }
+  ASSERT_NE(inside, kSamples);
+  auto kept = (*ds)->ReadSample(inside);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto* in_cache = const_cast<uint8_t*>(kept->fields[0].value.data());
+  in_cache[0] ^= 0x01;
+  auto again = (*ds)->ReadSample(inside);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->fields == make(inside).fields);
+  in_cache[0] ^= 0x01;
+  // Bytes that enter the cache again (the object's blocks dropped and fetched anew) are checked.
+  cached->Invalidate(shard_key);
+  auto refetched = (*ds)->ReadSamples(good);
+  ASSERT_TRUE(refetched.ok()) << refetched.status();
+  EXPECT_GT(cached->stats().fetched_bytes, fetched_after_first);
+  EXPECT_FALSE((*ds)->ReadSample(7).ok());
 }
 
 TEST(DatasetTest, BadShardsAndManifestsFailAtOpen) {

@@ -1,13 +1,75 @@
 #include "stoker/io/cache/block_cache.h"
 
 #include <cstdlib>
+#include <optional>
+#include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "stoker/core/byte_size.h"
 #include "stoker/core/logging.h"
 #include "stoker/core/strings.h"
 #include "stoker/io/cache/disk_tier.h"
 
 namespace stoker::io {
+
+namespace {
+
+// The owner of a cached block's bytes (as inserted) and of its verified ranges (IsVerified). It is
+// found from any slice of the block through the type of its deleter, which also holds it, so a
+// Buffer whose owner aliases another object is never mistaken for it.
+struct CachedBytes {
+  explicit CachedBytes(Buffer b) : block(std::move(b)) {}
+  const Buffer block;
+  absl::Mutex mu;
+  // (offset in the block << 32) | length.
+  absl::flat_hash_set<uint64_t> verified ABSL_GUARDED_BY(mu);
+};
+
+struct CachedBytesDeleter {
+  CachedBytes* bytes;
+  void operator()(const void*) const { delete bytes; }
+};
+
+// `block`'s bytes owned through a CachedBytes (no copy).
+Buffer WrapCached(Buffer block) {
+  const uint8_t* data = block.data();
+  const size_t size = block.size();
+  auto* bytes = new CachedBytes(std::move(block));
+  std::shared_ptr<const void> owner(bytes, CachedBytesDeleter{bytes});
+  return Buffer::Wrap(std::move(owner), data, size);
+}
+
+// The key of `range` in its cached block's verified set, or nullopt when it is not a markable
+// range of a cached block.
+std::optional<std::pair<CachedBytes*, uint64_t>> VerifiedKey(const Buffer& range) {
+  if (range.size() < kMinVerifiedRangeBytes || range.owner() == nullptr) return std::nullopt;
+  const auto* deleter = std::get_deleter<CachedBytesDeleter>(range.owner());
+  if (deleter == nullptr) return std::nullopt;
+  CachedBytes* bytes = deleter->bytes;
+  const uint8_t* begin = bytes->block.data();
+  if (range.data() < begin || range.data() + range.size() > begin + bytes->block.size()) {
+    return std::nullopt;
+  }
+  const uint64_t offset = static_cast<uint64_t>(range.data() - begin);
+  if (offset >= (uint64_t{1} << 32) || range.size() >= (uint64_t{1} << 32)) return std::nullopt;
+  return std::make_pair(bytes, (offset << 32) | range.size());
+}
+
+}  // namespace
+
+bool IsVerified(const Buffer& bytes) {
+  auto key = VerifiedKey(bytes);
+  if (!key.has_value()) return false;
+  absl::MutexLock lock(&key->first->mu);
+  return key->first->verified.contains(key->second);
+}
+
+void MarkVerified(const Buffer& bytes) {
+  auto key = VerifiedKey(bytes);
+  if (!key.has_value()) return;
+  absl::MutexLock lock(&key->first->mu);
+  key->first->verified.insert(key->second);
+}
 
 struct BlockCache::Entry {
   BlockKey key;
@@ -175,7 +237,7 @@ BlockCache::Handle BlockCache::InsertLocked(const BlockKey& key, Buffer block) {
   }
   auto entry = std::make_shared<Entry>();
   entry->key = key;
-  entry->data = std::move(block);
+  entry->data = WrapCached(std::move(block));
   entry->pins = 1;
   usage_ += entry->data.size();
   lru_.push_front(entry);

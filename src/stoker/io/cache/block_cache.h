@@ -164,6 +164,21 @@ class BlockCache {
   BlockCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
+// Checks done once per cached block. The bytes a BlockCache hands out (Handle::data(), and every
+// slice of it) carry a small set of "verified" ranges that lives and dies with the block's bytes
+// in RAM. A reader that checks a range of them (the shard reader's record CRC) marks it, and a
+// later read of the same range from the same cached bytes may skip the check: the bytes are
+// immutable, and a block that enters RAM again (fetched again, or promoted from disk) is new
+// bytes with no marks, so every block is checked where it enters the cache. Ranges outside cached
+// blocks (a range assembled across blocks, bytes from any other source) are never marked.
+// Ranges shorter than kMinVerifiedRangeBytes are not remembered: checking them costs less than
+// the bookkeeping, and the marks then stay below 0.5% of the cached bytes. Thread-safe.
+inline constexpr size_t kMinVerifiedRangeBytes = 4096;
+// True when `bytes` is exactly a range of a cached block that MarkVerified marked.
+bool IsVerified(const Buffer& bytes);
+// Marks `bytes` as checked; a no-op unless it lies within a cached block's bytes.
+void MarkVerified(const Buffer& bytes);
+
 // The process-wide cache shared by the CLI, the mount and every CachedStore that does not bring
 // its own. Created on first use: RAM budget from STOKER_CACHE_BYTES (a byte size as
 // core/byte_size.h reads it, e.g. 4g; default 1 GiB); a disk tier when STOKER_CACHE_DIR is set,

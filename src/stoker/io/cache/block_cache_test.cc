@@ -96,6 +96,53 @@ TEST(BlockCacheTest, BuffersOutliveEviction) {
   EXPECT_EQ(kept.view(), std::string(100, 'k'));
 }
 
+TEST(BlockCacheTest, VerifiedRangesLiveWithTheCachedBytes) {
+  BlockCache cache(1 << 20);
+  const size_t n = 4 * kMinVerifiedRangeBytes;
+  Buffer block = cache.Insert(Key(0), Block('v', n)).data();
+  Buffer record = block.Slice(100, kMinVerifiedRangeBytes);
+  EXPECT_FALSE(IsVerified(record));
+  MarkVerified(record);
+  EXPECT_TRUE(IsVerified(record));
+  // The same range of the same bytes, however it was reached (a later hit's slice).
+  EXPECT_TRUE(IsVerified(cache.Lookup(Key(0)).data().Slice(100, kMinVerifiedRangeBytes)));
+  // Any other range is not: another offset, another length, the whole block.
+  EXPECT_FALSE(IsVerified(block.Slice(101, kMinVerifiedRangeBytes)));
+  EXPECT_FALSE(IsVerified(block.Slice(100, kMinVerifiedRangeBytes + 1)));
+  EXPECT_FALSE(IsVerified(block));
+  // Bytes that are not a cached block's: never marked, whatever their content.
+  Buffer copy = Buffer::Copy(record.view());
+  MarkVerified(copy);
+  EXPECT_FALSE(IsVerified(copy));
+  // Short ranges are not remembered.
+  MarkVerified(block.Slice(0, kMinVerifiedRangeBytes - 1));
+  EXPECT_FALSE(IsVerified(block.Slice(0, kMinVerifiedRangeBytes - 1)));
+  // The block entering the cache again (another insert of the key: fetched again, or promoted
+  // from disk) is new bytes: nothing of it is verified.
+  Buffer again = cache.Insert(Key(0), Block('v', n)).data();
+  EXPECT_FALSE(IsVerified(again.Slice(100, kMinVerifiedRangeBytes)));
+  EXPECT_TRUE(IsVerified(record));  // (the old bytes, still held here, keep their marks)
+}
+
+TEST(BlockCacheTest, DiskPromotedBlockStartsUnverified) {
+  TempDir dir;
+  BlockCacheOptions options{.memory_bytes = 1 << 20, .disk_dir = dir.path()};
+  const size_t n = 2 * kMinVerifiedRangeBytes;
+  {
+    auto cache = BlockCache::Create(options);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    Buffer block = (*cache)->Insert(Key(0), Block('d', n)).data();
+    MarkVerified(block.Slice(0, kMinVerifiedRangeBytes));
+    (*cache)->Flush();
+  }
+  auto cache = BlockCache::Create(options);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  auto handle = (*cache)->Lookup(Key(0));
+  ASSERT_TRUE(handle);
+  EXPECT_EQ((*cache)->stats().disk_hits, 1u);
+  EXPECT_FALSE(IsVerified(handle.data().Slice(0, kMinVerifiedRangeBytes)));
+}
+
 TEST(BlockCacheTest, SingleFlightJoinsConcurrentMisses) {
   BlockCache cache(1 << 20);
   BlockCache::Handle hit;

@@ -198,6 +198,7 @@ void CachedStore::ReadWithRetry(ReadRequest request, ReadCallback done, bool may
   std::string version = VersionOf(*info);
   std::vector<uint64_t> missing;  // block numbers this read fetches
   std::vector<std::pair<size_t, Buffer>> hits;
+  hits.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     BlockKey key{url, version, read->first_block + i};
     BlockCache::Handle hit;
@@ -294,8 +295,10 @@ void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
       Buffer block = data->Slice((b - run.first_block) * bs, bs);
       // A block cut from a larger response gets its own storage, so evicting it frees it.
       if (run.first_block != run.last_block) block = Buffer::Copy(block.view());
-      cache_->Fulfill(key, block);
-      if (each_block) each_block(b, std::move(block));
+      // The cached bytes (not `block`): what a reader checks in them stays marked for later
+      // reads of the block (IsVerified).
+      BlockCache::Handle cached = cache_->Fulfill(key, std::move(block));
+      if (each_block) each_block(b, cached.data());
     }
     std::move(done)();
   });
