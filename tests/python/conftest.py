@@ -1,6 +1,8 @@
 """Shared fixtures: the built binaries (from CTest's environment, else build/) and one small JPEG
 dataset converted to shards, made once per session."""
 import os
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -52,3 +54,22 @@ def image_spec(url):
             {"op": "prefetch", "buffer": 4},
         ],
     }
+
+
+@pytest.fixture
+def s3_server(tmp_path):
+    """The Swift S3 test server (scripts/s3-test-server) for one test: its AWS_* environment."""
+    script = os.path.join(SOURCE_DIR, "scripts", "s3-test-server")
+    if shutil.which("swift-proxy-server") is None:
+        pytest.skip("OpenStack Swift is not installed (scripts/install-deps.sh)")
+    d = str(tmp_path / "s3")
+    subprocess.run([script, "start", d], check=True, stdout=subprocess.DEVNULL, timeout=120)
+    try:
+        env_lines = subprocess.run([script, "env", d], check=True, capture_output=True,
+                                   text=True).stdout
+        env = {}
+        for m in re.finditer(r"export (\w+)=(\S+)", env_lines):
+            env[m.group(1)] = m.group(2).strip("'\"")
+        yield env
+    finally:
+        subprocess.run([script, "stop", d], timeout=60)

@@ -1,5 +1,8 @@
 import gc
+import hashlib
 import json
+import os
+import random
 import re
 import subprocess
 
@@ -162,3 +165,66 @@ def test_distribute_delivers_the_same_samples(shards, stoker_bin, tmp_path):
             if p is not None:
                 p.terminate()
                 p.wait(timeout=30)
+
+
+# --- the block cache (docs/pipeline.md, "Block cache") -------------------------------------------
+
+EPOCH_DIGESTS = r"""
+import hashlib, json, sys
+import stoker
+pipeline = stoker.Pipeline.from_spec(sys.argv[1])
+epochs = []
+for epoch in range(int(sys.argv[2])):
+    digests = {}
+    for element in pipeline.iterator(epoch=epoch):
+        digests[element["__keys__"][0]] = hashlib.sha256(element["bin"].tobytes()).hexdigest()
+    epochs.append(digests)
+print(json.dumps(epochs))
+"""
+
+
+def test_epochs_from_the_block_cache_give_the_bytes_of_the_store(tmp_path, stoker_bin, s3_server):
+    """A shuffled S3 dataset read for three epochs in one process through the block cache (records
+    inside one 1 MiB block and across two; CRCs checked once per cached block) gives every sample's
+    bytes exactly as a process without the cache does, and only the first epoch reads the store."""
+    env = dict(os.environ, **s3_server, STOKER_CACHE_BYTES="64m")
+    subprocess.run(["/usr/bin/aws", "--endpoint-url", s3_server["AWS_ENDPOINT_URL"], "s3", "mb",
+                    "s3://cached"], env=env, check=True, stdout=subprocess.DEVNULL)
+    src = tmp_path / "src"
+    rng = random.Random(25)
+    expected = {}
+    for i in range(150):  # 4.5 MB: samples of 10 to 50 KB over 5 blocks
+        d = src / f"c{i % 3}"
+        d.mkdir(parents=True, exist_ok=True)
+        data = rng.randbytes(rng.randrange(10_000, 50_000))
+        (d / f"{i:04d}.bin").write_bytes(data)
+        expected[hashlib.sha256(data).hexdigest()] = i
+    subprocess.run([stoker_bin, "convert", str(src), "s3://cached/ds/"], env=env, check=True,
+                   capture_output=True)
+
+    def digests(cache, epochs):
+        spec = json.dumps({"source": {"dataset": "s3://cached/ds/", "cache": cache},
+                           "ops": [{"op": "shuffle"}]})
+        out = subprocess.run(["/usr/bin/python3", "-c", EPOCH_DIGESTS, spec, str(epochs)],
+                             env=env, check=True, capture_output=True, text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cached = digests("on", 3)
+    uncached = digests("off", 1)[0]
+    assert len(uncached) == 150
+    assert sorted(expected) == sorted(uncached.values())  # the files' bytes, each once
+    for epoch, got in enumerate(cached):
+        assert got == uncached, f"epoch {epoch} through the cache differs"
+
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps({"source": {"dataset": "s3://cached/ds/"}}))
+
+    def store_mb(epochs):
+        run = subprocess.run([stoker_bin, "run", str(spec_file), "--epochs", str(epochs)], env=env,
+                             check=True, capture_output=True, text=True, timeout=300)
+        m = re.search(r"block cache: \d+ hits, \d+ misses \(blocks\), ([0-9.]+) MB read",
+                      run.stderr)
+        assert m, run.stderr
+        return float(m.group(1))
+
+    assert store_mb(3) == store_mb(1) > 0

@@ -597,23 +597,7 @@ def test_train_tiny_reruns_with_a_fixed_job_name(stoker_bin, make_images_bin, tm
 
 # --- a trainer without storage credentials ---------------------------------------------------------
 
-@pytest.fixture
-def s3_server(tmp_path):
-    script = os.path.join(SOURCE_DIR, "scripts", "s3-test-server")
-    if shutil.which("swift-proxy-server") is None:
-        pytest.skip("OpenStack Swift is not installed (scripts/install-deps.sh)")
-    d = str(tmp_path / "s3")
-    subprocess.run([script, "start", d], check=True, stdout=subprocess.DEVNULL, timeout=120)
-    try:
-        env_lines = subprocess.run([script, "env", d], check=True, capture_output=True,
-                                   text=True).stdout
-        env = {}
-        for m in re.finditer(r"export (\w+)=(\S+)", env_lines):
-            env[m.group(1)] = m.group(2).strip("'\"")
-        yield env
-    finally:
-        subprocess.run([script, "stop", d], timeout=60)
-
+# (s3_server: conftest.py)
 
 def test_a_trainer_without_credentials_consumes_an_s3_dataset(shards, stoker_bin, s3_server,
                                                                tmp_path):
