@@ -36,8 +36,16 @@ std::optional<ShmRing::Slot> ShmRing::Allocate(uint64_t size) {
   } else {
     const uint64_t tail = entries_.front().offset;  // the oldest slot still tracked
     if (tail < head_) {
-      // Free: [head_, capacity_) and [0, tail).
-      if (head_ + size <= capacity_)
+      // Free: [head_, capacity_) and [0, tail). Pages the ring has used come first: rather than
+      // grow past its high-water mark it wraps to 0 once the space there holds the most that
+      // was ever in flight plus this allocation (a lap from 0 then has room for what the consumer
+      // held at its peak), so a segment larger than the elements in flight keeps reusing the
+      // same (mapped, cache-warm) pages instead of faulting in the whole segment once per lap.
+      if (head_ + size <= touched_)
+        offset = head_;
+      else if (size <= tail && tail >= peak_ + size)
+        offset = 0;
+      else if (head_ + size <= capacity_)
         offset = head_;
       else if (size <= tail)
         offset = 0;
@@ -49,8 +57,11 @@ std::optional<ShmRing::Slot> ShmRing::Allocate(uint64_t size) {
       offset = head_;
     }
   }
+  if (offset == 0 && !entries_.empty()) lap_end_ = head_;  // wrapped: the lap before ends here
   entries_.push_back({offset, size, false});
   head_ = offset + size;
+  touched_ = std::max(touched_, head_);
+  peak_ = std::max(peak_, used());
   ++live_;
   return Slot{first_id_ + static_cast<int64_t>(entries_.size()) - 1, offset};
 }
@@ -71,7 +82,7 @@ bool ShmRing::Release(int64_t id) {
 uint64_t ShmRing::used() const {
   if (entries_.empty()) return 0;
   const uint64_t tail = entries_.front().offset;
-  return tail < head_ ? head_ - tail : capacity_ - tail + head_;
+  return tail < head_ ? head_ - tail : lap_end_ - tail + head_;
 }
 
 absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(uint64_t size) {

@@ -34,6 +34,10 @@ namespace stoker::service {
 // A ring allocator of byte ranges in [0, capacity): allocations are made in order after the
 // previous one (wrapping to 0), and space is reused once every older allocation was released, so
 // slots released out of order wait for the older ones. Bookkeeping is bounded by the live slots.
+// Before going on into space it never used, the ring wraps to 0 once the space before its oldest
+// slot holds the most it ever had in flight plus the allocation: the bytes it touches (touched())
+// are about twice that peak, not the capacity (a 256 MiB segment with at most 16 MiB in flight
+// touches ~34 MiB), and a lap from 0 fails only when more is in flight than ever before.
 //
 // Thread safety: none (ShmSegment guards it).
 class ShmRing {
@@ -53,7 +57,8 @@ class ShmRing {
   uint64_t capacity() const { return capacity_; }
   size_t live() const { return live_; }
   size_t tracked() const { return entries_.size(); }  // live ones and freed ones behind the oldest
-  uint64_t used() const;                              // bytes from the oldest live slot to head
+  uint64_t used() const;  // bytes of the slots from the oldest live one to head
+  uint64_t touched() const { return touched_; }  // the high-water mark of allocations
 
  private:
   struct Entry {
@@ -64,7 +69,10 @@ class ShmRing {
   const uint64_t capacity_;
   std::deque<Entry> entries_;  // allocation order; ids first_id_, first_id_ + 1, ...
   int64_t first_id_ = 1;
-  uint64_t head_ = 0;  // where the next allocation goes, if it fits
+  uint64_t head_ = 0;     // where the next allocation goes, if it fits
+  uint64_t touched_ = 0;  // the end of the furthest allocation so far
+  uint64_t peak_ = 0;     // the most used() ever was
+  uint64_t lap_end_ = 0;  // wrapped: the end of the newest slot before 0
   size_t live_ = 0;
 };
 

@@ -78,6 +78,40 @@ TEST(ShmRing, NoGrowthOverTenThousandElements) {
   EXPECT_EQ(ring.tracked(), 0u);
 }
 
+// A 256 MiB segment, 1 MiB elements, a consumer holding up to `window` of them (releasing in
+// order): the ring keeps to about twice the window instead of touching the whole segment once per
+// lap (each page it touches is a page fault on both sides), and it never falls back to inline
+// bytes while the window grows.
+TEST(ShmRing, TouchesAboutTwiceWhatIsInFlightNotTheCapacity) {
+  const uint64_t mib = uint64_t{1} << 20;
+  ShmRing ring(256 * mib);
+  std::deque<ShmRing::Slot> held;
+  int fallbacks = 0;
+  auto run = [&](size_t window, int elements) {
+    for (int i = 0; i < elements; ++i) {
+      auto slot = ring.Allocate(mib);
+      if (!slot) {
+        ++fallbacks;
+      } else {
+        held.push_back(*slot);
+      }
+      while (held.size() > window) {
+        EXPECT_TRUE(ring.Release(held.front().id));
+        held.pop_front();
+      }
+    }
+  };
+  run(16, 2000);
+  EXPECT_EQ(fallbacks, 0);
+  EXPECT_LE(ring.touched(), 2 * 17 * mib + mib);
+  run(64, 2000);  // the consumer holds more: the ring grows, without a fallback
+  EXPECT_EQ(fallbacks, 0);
+  EXPECT_LE(ring.touched(), 2 * 65 * mib + mib);
+  run(200, 2000);  // most of the segment in flight
+  EXPECT_EQ(fallbacks, 0);
+  EXPECT_LE(ring.touched(), ring.capacity());
+}
+
 TEST(ShmSegment, ConsumerMapsWhatTheWorkerPlacedAndReleasesWhenDone) {
   auto segment = ShmSegment::Create(4096);
   ASSERT_TRUE(segment.ok()) << segment.status();
