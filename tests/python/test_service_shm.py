@@ -90,3 +90,39 @@ def test_cli_consume_uses_shared_memory_unless_told_not_to(stoker_bin, tmp_path)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == expected
         assert "shared memory:" not in r.stderr, r.stderr
+
+
+def test_cli_digests_equal_with_and_without_shared_memory(many_shards, stoker_bin, tmp_path):
+    """The bytes a consumer receives are the in-process bytes, through a worker's segment or
+    without it: `stoker consume --digest` (with and without --no-shm) against `stoker run --digest`,
+    with the default segment and with one of 1 MiB that holds three ~300 KiB batches (its ring
+    wraps every few elements, and sends some inline when full)."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "seed": 3,
+        "source": {"dataset": many_shards},
+        "ops": [{"op": "shuffle", "seed": 5},
+                {"op": "decode_image", "field": "jpg"},
+                {"op": "resize", "field": "jpg", "size": [160, 160]},
+                {"op": "flip", "field": "jpg", "p": 0.5},
+                {"op": "batch", "size": 4}]}))
+    r = subprocess.run([stoker_bin, "run", str(spec), "--digest"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    expected = re.search(r"sha256 ([0-9a-f]{64})", r.stdout).group(1)
+    for worker_args in ([], ["--shm-bytes", str(1 << 20)]):
+        with Cluster(stoker_bin, tmp_path / f"c{len(worker_args)}") as cluster:
+            cluster.add_worker(*worker_args)
+            cluster.wait_for_workers(1)
+            for extra in ([], ["--no-shm"]):
+                r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address,
+                                    str(spec), "--digest", *extra], capture_output=True,
+                                   text=True, timeout=120)
+                assert r.returncode == 0, r.stderr
+                got = re.search(r"sha256 ([0-9a-f]{64})", r.stdout)
+                assert got and got.group(1) == expected, (worker_args, extra, r.stdout, r.stderr)
+                line = re.search(r"shared memory: (\d+) elements", r.stderr)
+                if extra:
+                    assert line is None, r.stderr
+                else:
+                    assert line and int(line.group(1)) > 0, r.stderr

@@ -4,10 +4,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
+namespace stoker::data {
+struct Element;
+}
 
 namespace stoker::cli {
 
@@ -28,5 +34,19 @@ void KeepDataPathAllocationsOnHeap();
 // The value of a byte-size flag ("256M", "4g", "1073741824": core/byte_size.h); errors name the
 // flag. Zero is refused (every size flag is a budget or a limit).
 absl::StatusOr<uint64_t> ParseByteSizeFlag(std::string_view flag, std::string_view text);
+
+// `stoker run --digest` and `stoker consume --digest`: a SHA-256 of every delivered element (keys,
+// field names, dtypes, shapes and bytes, in delivery order): equal digests, equal outputs.
+class ElementDigest {
+ public:
+  ElementDigest();
+  ~ElementDigest();
+  void Add(const data::Element& e);
+  std::string Hex();  // once, at the end
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> ctx_;
+};
 
 }  // namespace stoker::cli

@@ -55,6 +55,7 @@ struct ConsumeOptions {
   double no_worker_timeout_s = 0;
   int64_t max_elements = -1;
   bool print_keys = false;
+  bool digest = false;           // print a SHA-256 of everything delivered
   std::string checkpoint;        // resume from this file if it exists; write the token there
   int64_t checkpoint_every = 0;  // elements between writes (0: only when interrupted or done)
   int http_port = -1;
@@ -198,6 +199,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     if (!token.ok()) return token.status();
     return WriteCheckpoint(o.checkpoint, *token);
   };
+  ElementDigest digest;
   Progress progress("consume", "elements", o.progress);
   if (o.max_elements >= 0) progress.SetTotals(0, o.max_elements);
   while (o.max_elements < 0 || elements < o.max_elements) {
@@ -220,6 +222,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
     progress.Add(static_cast<int64_t>((*e)->ByteSize()), 1);
     if (o.print_keys)
       for (const auto& k : (*e)->keys) std::fprintf(stdout, "%s\n", k.c_str());
+    if (o.digest) digest.Add(**e);
     if (o.step_ms > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms));
     if (o.checkpoint_every > 0 && elements % o.checkpoint_every == 0) {
@@ -227,6 +230,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
       if (!status.ok()) break;
     }
   }
+  if (o.digest && status.ok()) std::fprintf(stdout, "sha256 %s\n", digest.Hex().c_str());
   std::fflush(stdout);
   // Interrupted, at --max-elements or at the end: the token says what was delivered.
   if (absl::Status s = checkpoint(); !s.ok() && status.ok()) status = s;
@@ -344,6 +348,9 @@ void RegisterConsumeCommand(CLI::App& app, absl::Status* result) {
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--print-keys", consume_options.print_keys,
               "print the key of every delivered sample, one a line, in delivery order");
+  c->add_flag("--digest", consume_options.digest,
+              "print the SHA-256 of every delivered element (keys, field names, dtypes, shapes "
+              "and bytes, in delivery order), as `stoker run --digest` does");
   c->add_option("--checkpoint", consume_options.checkpoint,
                 "resume from this checkpoint file if it exists, and write the consumer's position "
                 "there when stopped (SIGINT/SIGTERM, --max-elements, the end) and every "

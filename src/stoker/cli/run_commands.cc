@@ -19,22 +19,6 @@
 namespace stoker::cli {
 namespace {
 
-// Adds everything an element holds to a running digest.
-void DigestElement(const data::Element& e, EVP_MD_CTX* sha) {
-  auto add = [sha](std::string_view bytes) {
-    const uint64_t size = bytes.size();
-    EVP_DigestUpdate(sha, &size, sizeof(size));
-    EVP_DigestUpdate(sha, bytes.data(), bytes.size());
-  };
-  for (const std::string& key : e.keys) add(key);
-  for (const auto& [name, t] : e.fields) {
-    add(name);
-    add(data::DTypeName(t.dtype));
-    add(t.ShapeString());
-    add(t.data.view());
-  }
-}
-
 struct RunOptions {
   std::string spec;
   int64_t epochs = 1;
@@ -81,8 +65,7 @@ absl::Status Run(const RunOptions& o) {
   std::unique_ptr<data::PipelineIterator> it;
   std::vector<std::unique_ptr<data::PipelineIterator>> finished;  // kept for their stats
   bool stopped_early = false;
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (o.digest) EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+  ElementDigest digest;
   Progress progress("run", "elements", o.progress);
   if (std::optional<int64_t> per_epoch = pipeline->Cardinality()) {
     int64_t total = *per_epoch * o.epochs;
@@ -112,23 +95,12 @@ absl::Status Run(const RunOptions& o) {
       if (o.print_keys) {
         for (const std::string& key : e->keys) std::printf("%s\n", key.c_str());
       }
-      if (o.digest) DigestElement(*e, sha.get());
+      if (o.digest) digest.Add(*e);
     }
     if (stopped_early) break;
     finished.push_back(std::move(it));
   }
-  if (o.digest) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_DigestFinal_ex(sha.get(), md, &length);
-    static const char* kHex = "0123456789abcdef";
-    std::string hex;
-    for (unsigned int i = 0; i < length; ++i) {
-      hex += kHex[md[i] >> 4];
-      hex += kHex[md[i] & 15];
-    }
-    std::printf("sha256 %s\n", hex.c_str());
-  }
+  if (o.digest) std::printf("sha256 %s\n", digest.Hex().c_str());
   std::fflush(stdout);
   progress.Finish();
   if (!o.checkpoint.empty()) {
@@ -208,6 +180,44 @@ void RegisterRunCommands(CLI::App& app, absl::Status* result) {
   run->add_option("--resume", o->resume, "continue from a token written by --checkpoint");
   AddProgressFlags(run, &o->progress);
   run->callback([=] { *result = Run(*o); });
+}
+
+struct ElementDigest::Context {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha{EVP_MD_CTX_new(), EVP_MD_CTX_free};
+};
+
+ElementDigest::ElementDigest() : ctx_(std::make_unique<Context>()) {
+  EVP_DigestInit_ex(ctx_->sha.get(), EVP_sha256(), nullptr);
+}
+
+ElementDigest::~ElementDigest() = default;
+
+void ElementDigest::Add(const data::Element& e) {
+  auto add = [sha = ctx_->sha.get()](std::string_view bytes) {
+    const uint64_t size = bytes.size();
+    EVP_DigestUpdate(sha, &size, sizeof(size));
+    EVP_DigestUpdate(sha, bytes.data(), bytes.size());
+  };
+  for (const std::string& key : e.keys) add(key);
+  for (const auto& [name, t] : e.fields) {
+    add(name);
+    add(data::DTypeName(t.dtype));
+    add(t.ShapeString());
+    add(t.data.view());
+  }
+}
+
+std::string ElementDigest::Hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx_->sha.get(), md, &length);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
 }
 
 }  // namespace stoker::cli
