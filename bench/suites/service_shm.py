@@ -1,8 +1,10 @@
 """P4 with the shared-memory hand-off (docs/protocol.md, "Shared memory"), all as real processes on
 127.0.0.1, side by side in one run: 1 MiB elements in-process (`stoker run`), through one local
 worker over TCP (`stoker consume --no-shm`) and through the same kind of worker with shared memory
-(`stoker consume`, the default on one host). Goals: shared memory >= 0.8x the in-process
-throughput, and the consumer (the trainer's side) <= 0.1 CPU-seconds per GB.
+(`stoker consume`, the default on one host). Goals: shared memory >= 0.85x the in-process
+throughput (issue 25), and the consumer (the trainer's side) <= 0.1 CPU-seconds per GB. Besides
+the consumer's CPU, the CPU of all processes per GB and the server side's minor page faults (each
+page of the segment the worker touches for the first time is one).
 
 The helpers (datasets, fresh clusters, measured runs) are bench/suites/service.py's; the rest of
 P4 (1 KiB and JPEG elements) is there.
@@ -32,11 +34,18 @@ def consume(ctx, cluster, spec, max_elements, shm):
         raise RuntimeError(f"{' '.join(cmd)} failed: {(e.stderr or '')[-3000:]}") from None
 
 
+def minor_faults(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])  # field 10, minflt
+
+
 def through(ctx, spec, max_elements, shm):
     with service.Cluster(ctx) as cluster:
         before = cluster.cpu_seconds()
+        faults = sum(minor_faults(p.pid) for p in cluster.procs)
         r = consume(ctx, cluster, spec, max_elements, shm)
         r.server_cpu = cluster.cpu_seconds() - before
+        r.server_faults = sum(minor_faults(p.pid) for p in cluster.procs) - faults
     return r
 
 
@@ -81,6 +90,9 @@ def run(ctx):
             "cpu_gb_steady": service.median([(f.cpu - s.cpu) / max(1e-9, (f.mb - s.mb) / 1000)
                                              for f, s in runs[m]]),
             "server_cpu": service.median([getattr(f, "server_cpu", 0.0) for f in fulls]),
+            "all_cpu_gb": service.median([(f.cpu + getattr(f, "server_cpu", 0.0)) / gb
+                                          for f in fulls]),
+            "server_faults": service.median([getattr(f, "server_faults", 0) for f in fulls]),
         }
     # Ratios per repeat, then their median (a repeat's runs follow each other within seconds).
     ratio = {}
@@ -114,8 +126,9 @@ def run(ctx):
         "set-up taken out).",
         "",
         "| path | MB/s end to end | MB/s steady | / in-process, end to end | steady | wall s | "
-        "consumer CPU s | consumer CPU s/GB | steady | worker + dispatcher CPU s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "consumer CPU s | consumer CPU s/GB | steady | worker + dispatcher CPU s | "
+        "all processes CPU s/GB | worker + dispatcher minor faults |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in modes:
         r = rows[m]
@@ -124,8 +137,10 @@ def run(ctx):
             f"| {m} | {r['mb_s']:.0f} | {r['mb_s_steady']:.0f} | {rel['e2e']:.2f} | "
             f"{rel['steady']:.2f} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['cpu_gb']:.3f} | "
             f"{r['cpu_gb_steady']:.3f} | "
-            f"{'-' if m == 'in-process' else format(r['server_cpu'], '.2f')} |")
-    met_rate = ratio["shared memory"]["steady"] >= 0.8
+            f"{'-' if m == 'in-process' else format(r['server_cpu'], '.2f')} | "
+            f"{r['all_cpu_gb']:.3f} | "
+            f"{'-' if m == 'in-process' else format(int(r['server_faults']), ',')} |")
+    met_rate = ratio["shared memory"]["steady"] >= 0.85
     met_cpu = shm["cpu_gb"] <= 0.1
     lines += [
         "",
@@ -133,7 +148,7 @@ def run(ctx):
         "rest, if any, went inline because the segment was full).",
         f"- Throughput, shared memory / in-process: **{ratio['shared memory']['e2e']:.2f}** end to "
         f"end, **{ratio['shared memory']['steady']:.2f}** steady (TCP: "
-        f"{ratio['TCP']['e2e']:.2f} / {ratio['TCP']['steady']:.2f}). Goal >= 0.8: "
+        f"{ratio['TCP']['e2e']:.2f} / {ratio['TCP']['steady']:.2f}). Goal >= 0.85: "
         f"**{'met' if met_rate else 'missed'}** (steady).",
         f"- The trainer's side: **{shm['cpu_gb']:.3f} CPU-s per GB** with shared memory end to "
         f"end ({shm['cpu_gb_steady']:.3f} steady), against {tcp['cpu_gb']:.3f} "
@@ -147,9 +162,12 @@ def run(ctx):
     ]
     if not met_rate:
         lines.append(
-            "- Why the throughput goal can miss here: the in-process run reads the dataset with "
-            "the whole machine's share, while the service runs a worker (which reads the same "
-            "bytes and copies them once more) and a consumer on the same 2 loaded cores; the "
-            "ratio is bounded by the worker's own rate, which is at most the in-process one. Read "
-            "it together with the load average above.")
+            "- Why the throughput goal can miss here: both paths read the dataset alike (the "
+            "kernel's copy from the page cache and the CRC check are most of the in-process CPU); "
+            "the service adds the worker's one copy of each payload into the segment (a memmove: "
+            "about a sixth of the worker's CPU in a perf record of a worker serving these 1 MiB "
+            "elements, 2026-12-03), "
+            "the requests, and a worker and a consumer sharing the same 2 cores with everything "
+            "else. Read the ratios together with the load average above; the CPU columns are the "
+            "stable figures.")
     ctx.write_result("service_shm", "\n".join(lines) + "\n")
