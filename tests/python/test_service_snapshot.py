@@ -6,7 +6,6 @@ import collections
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -198,23 +197,6 @@ def test_a_waiting_reader_times_out_naming_the_destination(stoker_bin, tmp_path)
     assert r.returncode == 1
     assert time.monotonic() - start < 10
     assert f"snapshot {dst}: no new part for 0.5 s and no manifest.json yet" in r.stderr, r.stderr
-
-
-@pytest.fixture
-def s3_server(tmp_path):
-    """The Swift S3 test server (docs/testing.md): its AWS_* environment."""
-    script = os.path.join(os.environ.get("STOKER_SOURCE_DIR", "."), "scripts", "s3-test-server")
-    if shutil.which("swift-proxy-server") is None:
-        pytest.skip("OpenStack Swift is not installed (scripts/install-deps.sh)")
-    d = str(tmp_path / "s3")
-    subprocess.run([script, "start", d], check=True, stdout=subprocess.DEVNULL, timeout=120)
-    try:
-        env_lines = subprocess.run([script, "env", d], check=True, capture_output=True,
-                                   text=True).stdout
-        yield {m.group(1): m.group(2).strip("'\"")
-               for m in re.finditer(r"export (\w+)=(\S+)", env_lines)}
-    finally:
-        subprocess.run([script, "stop", d], timeout=60)
 
 
 def test_snapshot_to_s3_read_while_written(stoker_bin, s3_server, tmp_path):
