@@ -7,7 +7,8 @@ so it needs ceil(1.1 * 83 / 33) = 3 workers. Two set-ups read the same job:
 
   autoscaled  `stoker dispatcher --autoscale local --min-workers 1 --max-workers 6` (1 s interval):
               starts with 1 worker and must reach the 3 needed within 10 worker heartbeat intervals
-              (500 ms) of the consumer's start, and change at most once more while it runs;
+              (500 ms) of the consumer's start, and change at most once more while it runs (its
+              first decision comes at the consumer's first look, docs/operations.md);
   fixed pool  a dispatcher and 6 workers started beforehand.
 
 Reported per set-up (medians of RUNS runs): the time until 3 workers are registered, the changes of
@@ -212,13 +213,16 @@ element (about 83 elements/s), {SAMPLES} elements: 3 workers needed. Autoscaler 
 | the same once 3 workers run (steady state) | {fmt(steady_ratio, 2)}x | {verdict(steady_ratio is not None and steady_ratio <= 1.1)} |
 | worker-seconds <= 0.6x the fixed pool's | {ws_ratio:.2f}x | {verdict(ws_ratio <= 0.6)} |
 
-The whole-run stall ratio of the autoscaled set-up includes its ramp-up from 1 worker: the first
-decision comes after two intervals (the first interval has no earlier totals to compare), and until
-the 3 workers run the trainer gets a third of what it asks for. That costs the trainer about the
-same time whatever the job's length, so the whole-run ratio shrinks as the job grows (this job
-lasts about 22 s; a training job of hours would see the steady-state figure); starting at
-`--min-workers` near the expected need, or a shorter `--autoscale-interval-ms`, shortens it. The
-steady-state column compares the two once 3 workers run.
+The whole-run stall ratio of the autoscaled set-up includes its ramp-up from 1 worker: the
+autoscaler decides at the consumer's first look (its first heartbeat 150 ms or more after it
+registered, about 0.2 s after it starts reading, from the demand of its first elements; before,
+the first decision came after two intervals), then the new worker processes start and register
+(about 0.1 s). Until they produce, the trainer gets a third of what it asks for: about 0.2 s of
+waiting more than with the pool, whatever the job's length, so the whole-run ratio shrinks as the
+job grows (this job lasts about 22 s; a training job of hours would see the steady-state figure).
+That is the floor of starting workers on demand; only workers running before the trainer reads
+(`--min-workers` near the expected need) avoid it. The steady-state column compares the two once 3
+workers run.
 
 A change after settling, where there is one, comes at the job's end: once every split is handed
 out the workers idle while the trainer reads what they buffered, and after 3 idle intervals the

@@ -528,6 +528,7 @@ ClientHeartbeatRequest ServiceClient::HeartbeatRequestLocked() {
   req.set_wait_seconds(stats_.wait_seconds);
   req.set_compute_seconds(stats_.between_seconds);
   req.set_delivered_elements(stats_.elements);
+  req.set_first_wait_seconds(stats_.first_wait_seconds);
   for (int64_t s : to_ack_) req.add_completed_splits(s);
   if (options_.num_consumers == 0) {  // shared jobs: a re-run of these comes to this client
     for (const auto& [s, progress] : splits_) req.add_held_splits(s);

@@ -127,6 +127,8 @@ struct ServiceClientStats {
   // call (the trainer's own work): stall ratio = wait / (wait + between).
   double wait_seconds = 0;
   double between_seconds = 0;
+  // The part of wait_seconds until the first element arrived; 0 until then.
+  double first_wait_seconds = 0;
 };
 
 class ServiceClient {

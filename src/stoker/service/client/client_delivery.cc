@@ -134,6 +134,8 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Durati
     if (last_return_)
       stats_.between_seconds += std::chrono::duration<double>(called - *last_return_).count();
     stats_.wait_seconds += std::chrono::duration<double>(now - called).count();
+    if (stats_.first_wait_seconds == 0 && stats_.elements > 0)
+      stats_.first_wait_seconds = std::max(stats_.wait_seconds, 1e-9);
     last_return_ = now;
   }
   ASSIGN_OR_RETURN(std::optional<data::Element> e, std::move(host));

@@ -10,10 +10,20 @@ namespace stoker::service {
 Autoscaler::Autoscaler(const AutoscalerConfig& config, int initial)
     : config_(config), target_(std::clamp(initial, config.min_workers, config.max_workers)) {}
 
+double Autoscaler::Throughput(const AutoscalerLoad& load) const {
+  if (load.throughput > 0) return load.throughput;
+  // A worker's busy time arrives with its heartbeats, so at a consumer's first look it may not
+  // be measured yet; while the trainers stall, what they receive is what the workers make.
+  if (load.stall_ratio > config_.stall_high && load.workers > 0 && load.delivered > 0)
+    return load.delivered / load.workers;
+  return 0;
+}
+
 int Autoscaler::Rule(const AutoscalerLoad& load) const {
-  if (load.demand < 0 || !(load.throughput > 0)) return -1;
+  const double throughput = Throughput(load);
+  if (load.demand < 0 || !(throughput > 0)) return -1;
   if (std::isinf(load.demand)) return config_.max_workers;
-  double n = std::ceil(config_.headroom * load.demand / load.throughput);
+  double n = std::ceil(config_.headroom * load.demand / throughput);
   n = std::clamp(n, static_cast<double>(config_.min_workers),
                  static_cast<double>(config_.max_workers));
   return static_cast<int>(n);
@@ -36,10 +46,17 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerLoad& load) {
   auto hold = [&](std::string reason) {
     return AutoscalerDecision{target_, rule, false, std::move(reason)};
   };
+  const double throughput = Throughput(load);
   const std::string measured = absl::StrFormat(
-      "demand %.1f elements/s, %.1f elements/s per busy worker, rule %d, stall "
-      "%.2f, busy %.2f, %d of %d workers registered",
-      load.demand, load.throughput, rule, load.stall_ratio, load.busy_share, load.workers, target_);
+      "demand %.1f elements/s, %s, rule %d, stall %.2f, busy %.2f, %d of %d workers registered%s",
+      load.demand,
+      throughput == 0       ? std::string("throughput unknown")
+      : load.throughput > 0 ? absl::StrFormat("%.1f elements/s per busy worker", throughput)
+                            : absl::StrFormat("%.1f elements/s per worker (received while "
+                                              "stalling)",
+                                              throughput),
+      rule, load.stall_ratio, load.busy_share, load.workers, target_,
+      load.first_look ? "; first look at a new consumer" : "");
   if (cooldown_ > 0) {
     --cooldown_;
     return hold("cool-down");

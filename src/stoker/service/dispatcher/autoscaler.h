@@ -18,6 +18,7 @@
 // Thread safety: none (the dispatcher's autoscaler thread owns it).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace stoker::service {
@@ -34,6 +35,9 @@ struct AutoscalerConfig {
   int cooldown_intervals = 2;       // decisions skipped after a change
   int down_confirm = 3;             // intervals in a row that must call for fewer workers
   double helped_improvement = 0.1;  // a hill-climbing addition helped: stall fell by this share
+  // A new consumer's first look: the dispatcher measures and decides at the consumer's first
+  // heartbeat after it has read this long, without waiting for the interval's end.
+  std::chrono::milliseconds first_look{150};
 };
 
 // The load over one interval (the dispatcher measures it from the heartbeats).
@@ -46,6 +50,9 @@ struct AutoscalerLoad {
   double throughput = 0;   // mean elements per busy second of a worker; 0: unknown
   double busy_share = 0;   // mean share of the interval workers were busy
   double stall_ratio = 0;  // of every consumer together; 0 without consumers
+  // Elements per second of their own time (wait + compute) the consumers received, summed.
+  double delivered = 0;
+  bool first_look = false;  // measured at a new consumer's first look, not an interval's end
 };
 
 struct AutoscalerDecision {
@@ -65,7 +72,11 @@ class Autoscaler {
   const AutoscalerConfig& config() const { return config_; }
 
   // The rule's N for this load, clamped to min .. max; -1 if demand or throughput is unknown.
+  // Without a measured throughput, while the trainers stall (the workers are the bottleneck),
+  // the throughput is taken as what the consumers received per registered worker.
   int Rule(const AutoscalerLoad& load) const;
+  // The throughput Rule uses: measured, else that estimate while stalling; 0: unknown.
+  double Throughput(const AutoscalerLoad& load) const;
 
  private:
   AutoscalerDecision Change(int target, int rule, std::string reason);

@@ -38,6 +38,25 @@ TEST(Autoscaler, RuleIsCeilOfDemandOverThroughputWithHeadroom) {
   EXPECT_EQ(a.Rule(Load(1, std::numeric_limits<double>::infinity(), 10, 0.5, 1)), 6);
 }
 
+TEST(Autoscaler, RuleTakesWhatConsumersReceivedAsThroughputWhileStalling) {
+  Autoscaler a(Config(), 1);
+  // A consumer's first look: no worker heartbeat measured a busy time yet. 1 worker, trainers
+  // wanting 80 elements/s, receiving 32 of their own time (stall 0.6): 1.1 * 80 / 32 = 2.75.
+  AutoscalerLoad first = Load(1, 80, 0, 0.6, 0);
+  first.delivered = 32;
+  EXPECT_EQ(a.Rule(first), 3);
+  first.workers = 2;  // the same received rate from 2 workers: each makes 16
+  EXPECT_EQ(a.Rule(first), 6);
+  // Not stalling: the workers are not the bottleneck, so what arrived says nothing of them.
+  AutoscalerLoad calm = Load(1, 80, 0, 0.05, 0);
+  calm.delivered = 76;
+  EXPECT_EQ(a.Rule(calm), -1);
+  // A measured throughput wins.
+  first.workers = 1;
+  first.throughput = 40;
+  EXPECT_EQ(a.Rule(first), 3);  // 1.1 * 80 / 40 = 2.2
+}
+
 TEST(Autoscaler, GrowsToTheRuleInBoundedStepsWhileStalling) {
   AutoscalerConfig c = Config();
   c.max_step_up = 2;

@@ -209,11 +209,17 @@ class Dispatcher {
     double wait_seconds = 0;
     double compute_seconds = 0;
     int64_t elements = 0;
+    double first_wait_seconds = 0;  // of wait_seconds, before the first element; 0 until then
   };
   absl::flat_hash_map<int64_t, WorkerTotals> worker_totals_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, WorkerTotals> worker_measured_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, ClientTotals> client_totals_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, ClientTotals> client_measured_ ABSL_GUARDED_BY(mu_);
+  // Consumers whose first look is pending, with when it is due; set at a consumer's first
+  // heartbeat when there is an autoscaler, erased when a heartbeat past it asks for the look.
+  absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> first_look_due_
+      ABSL_GUARDED_BY(mu_);
+  bool measure_now_ ABSL_GUARDED_BY(mu_) = false;  // the measuring thread measures at once
   // The last interval's rates, for the status page and /metrics.
   struct WorkerRates {
     double busy_share = 0;

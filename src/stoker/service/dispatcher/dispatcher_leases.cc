@@ -65,6 +65,8 @@ absl::Status Dispatcher::WorkerHeartbeat(const WorkerHeartbeatRequest& req,
   }
   last_heartbeat_[id] = Clock::now();
   worker_totals_[id] = {Finite(req.busy_seconds()), std::max<int64_t>(0, req.produced_elements())};
+  // A worker new to this process is measured from its first heartbeat, not from the next interval.
+  worker_measured_.try_emplace(id, worker_totals_[id]);
   std::set<int64_t> running(req.running_jobs().begin(), req.running_jobs().end());
   running_[id] = running;
   if (!req.unhealthy().empty() && !unhealthy_.count(id)) {
@@ -349,8 +351,19 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
   if (job->num_consumers == 0) {
     held_splits_[client_id] = {req.held_splits().begin(), req.held_splits().end()};
   }
-  client_totals_[client_id] = {Finite(req.wait_seconds()), Finite(req.compute_seconds()),
-                               std::max<int64_t>(0, req.delivered_elements())};
+  const ClientTotals& totals = client_totals_[client_id] = {
+      Finite(req.wait_seconds()), Finite(req.compute_seconds()),
+      std::max<int64_t>(0, req.delivered_elements()), Finite(req.first_wait_seconds())};
+  // A consumer new to this process is measured from its first heartbeat; with an autoscaler, its
+  // first look comes once it has read for first_look (docs/operations.md, "Autoscaler").
+  if (client_measured_.try_emplace(client_id, totals).second && autoscaler_ != nullptr)
+    first_look_due_[client_id] = Clock::now() + options_.autoscaler.first_look;
+  if (auto due = first_look_due_.find(client_id);
+      due != first_look_due_.end() && Clock::now() >= due->second &&
+      totals.elements > client_measured_[client_id].elements) {
+    first_look_due_.erase(due);
+    measure_now_ = true;
+  }
   resp->set_client_id(client_id);
   json acks = json::array();
   for (int64_t split_id : req.completed_splits()) {

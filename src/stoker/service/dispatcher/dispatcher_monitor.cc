@@ -171,7 +171,7 @@ AutoscalerLoad Dispatcher::MeasureLoad(double seconds) {
     }
   }
   // Consumers: demand (elements / compute seconds) and stall, in all and per job.
-  double wait_sum = 0, compute_sum = 0, demand = 0;
+  double wait_sum = 0, compute_sum = 0, demand = 0, delivered = 0;
   bool demand_known = false;
   absl::flat_hash_map<int64_t, ClientTotals> client_now;
   absl::flat_hash_map<int64_t, std::pair<double, double>> job_time;  // wait, compute
@@ -186,14 +186,23 @@ AutoscalerLoad Dispatcher::MeasureLoad(double seconds) {
     double compute = std::max(0.0, now->second.compute_seconds - before->second.compute_seconds);
     double elements =
         static_cast<double>(std::max<int64_t>(0, now->second.elements - before->second.elements));
+    // Elements that followed the trainer's work (compute is measured from one element to the
+    // next call); in the interval of its first element, the wait for it is the job's start-up,
+    // which more workers do not shorten, and no work preceded it.
+    double paced = elements;
+    if (before->second.first_wait_seconds == 0 && now->second.first_wait_seconds > 0) {
+      wait = std::max(0.0, wait - now->second.first_wait_seconds);
+      paced = std::max(0.0, paced - 1);
+    }
     wait_sum += wait;
     compute_sum += compute;
     job_time[c.job_id].first += wait;
     job_time[c.job_id].second += compute;
     job_rates_[c.job_id].elements_per_second += elements / seconds;
-    if (elements > 0) {
+    if (paced > 0) {
+      if (wait + compute > 0) delivered += paced / (wait + compute);
       demand_known = true;
-      demand += compute > 1e-6 ? elements / compute : std::numeric_limits<double>::infinity();
+      demand += compute > 1e-6 ? paced / compute : std::numeric_limits<double>::infinity();
     }
   }
   for (const auto& [job_id, t] : job_time)
@@ -203,10 +212,12 @@ AutoscalerLoad Dispatcher::MeasureLoad(double seconds) {
     if (state_.clients().count(it->first)) {
       ++it;
     } else {
+      first_look_due_.erase(it->first);
       client_totals_.erase(it++);
     }
   }
   load.demand = demand_known ? demand : -1;
+  load.delivered = delivered;
   load.stall_ratio = wait_sum + compute_sum > 0 ? wait_sum / (wait_sum + compute_sum) : 0;
   return load;
 }
@@ -220,10 +231,14 @@ void Dispatcher::MeasureLoop() {
     AutoscalerLoad load;
     {
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(options_.load_interval));
+      auto wake = [this] { return stopping_ || measure_now_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.load_interval));
       if (stopping_) return;
+      const bool first_look = measure_now_;  // else the interval's end
+      measure_now_ = false;
       auto now = Clock::now();
       load = MeasureLoad(std::max(1e-3, std::chrono::duration<double>(now - last).count()));
+      load.first_look = first_look;
       last = now;
       Autoscaler rule_only(options_.autoscaler, load.workers);
       recommended_ = rule_only.Rule(load);
