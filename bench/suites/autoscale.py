@@ -5,7 +5,8 @@ The workers spend 30 ms on each element (the test plugin's `sleep` op, one pipel
 the consumer's trainer spends 12 ms on each (`stoker consume --step-ms 12`: about 83 elements/s),
 so it needs ceil(1.1 * 83 / 33) = 3 workers. Two set-ups read the same job:
 
-  autoscaled  `stoker dispatcher --autoscale local --min-workers 1 --max-workers 6` (1 s interval):
+  autoscaled  `stoker dispatcher --autoscale local --min-workers 1 --max-workers 6` (1 s interval),
+              two jobs of the same pipeline, the second once the pool is back at 1 worker:
               starts with 1 worker and must reach the 3 needed within 10 worker heartbeat intervals
               (500 ms) of the consumer's start, and change at most once more while it runs (its
               first decision comes at the consumer's first look, docs/operations.md);
@@ -79,50 +80,28 @@ def worker_flags(plugin_dir):
     return ["--threads", "1", "--plugin-dir", plugin_dir, "--heartbeat-ms", str(HEARTBEAT_MS)]
 
 
-def one_run(ctx, spec, plugin_dir, autoscaled, index):
-    tag = f"{'auto' if autoscaled else 'fixed'}{index}"
-    workers = []
-    if autoscaled:
-        extra = ["--autoscale", "local", "--min-workers", "1", "--max-workers", str(FIXED_WORKERS)]
-        extra += [f"--worker-flag={f}" for f in worker_flags(plugin_dir)]
-    else:
-        extra = []
-    dispatcher, address, http = start_dispatcher(ctx, tag, extra)
-    try:
-        if not autoscaled:
-            for _ in range(FIXED_WORKERS):
-                workers.append(subprocess.Popen(
-                    [ctx.stoker, "worker", "--dispatcher", address, *worker_flags(plugin_dir)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        want = 1 if autoscaled else FIXED_WORKERS
-        wait_for(lambda: metric(http, "stoker_dispatcher_workers") == want, f"{want} workers")
-        err_path = os.path.join(ctx.tmp, f"p10-{tag}-consume.err")
-        start = time.time()
-        consumer = subprocess.Popen(
-            [ctx.stoker, "consume", "--dispatcher", address, spec, "--no-deterministic",
-             "--step-ms", str(STEP_MS)], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
-        samples = []  # (seconds, registered workers, target, stall gauge)
-        while consumer.poll() is None:
-            samples.append((time.time() - start, metric(http, "stoker_dispatcher_workers"),
-                            metric(http, "stoker_dispatcher_target_workers"),
-                            metric(http, "stoker_dispatcher_stall_ratio")))
-            time.sleep(0.1)
-        took = time.time() - start
-        if consumer.wait() != 0:
-            raise RuntimeError(f"P10 consumer failed: {open(err_path).read()}")
-        err = open(err_path).read()
-        m = re.search(r"consumed (\d+) elements.*waited ([0-9.]+) s for data, computed ([0-9.]+) s",
-                      err)
-        if not m or int(m.group(1)) != SAMPLES:
-            raise RuntimeError(f"P10: unexpected consumer output: {err}")
-        wait, compute = float(m.group(2)), float(m.group(3))
-    finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            w.wait(timeout=30)
-        dispatcher.send_signal(signal.SIGTERM)
-        dispatcher.wait(timeout=60)
+def consume(ctx, spec, address, http, tag):
+    """One job read by `stoker consume` to its end; its figures."""
+    err_path = os.path.join(ctx.tmp, f"p10-{tag}-consume.err")
+    start = time.time()
+    consumer = subprocess.Popen(
+        [ctx.stoker, "consume", "--dispatcher", address, spec, "--no-deterministic",
+         "--step-ms", str(STEP_MS)], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    samples = []  # (seconds, registered workers, target, stall gauge)
+    while consumer.poll() is None:
+        samples.append((time.time() - start, metric(http, "stoker_dispatcher_workers"),
+                        metric(http, "stoker_dispatcher_target_workers"),
+                        metric(http, "stoker_dispatcher_stall_ratio")))
+        time.sleep(0.1)
+    took = time.time() - start
+    if consumer.wait() != 0:
+        raise RuntimeError(f"P10 consumer failed: {open(err_path).read()}")
+    err = open(err_path).read()
+    m = re.search(r"consumed (\d+) elements.*waited ([0-9.]+) s for data, computed ([0-9.]+) s",
+                  err)
+    if not m or int(m.group(1)) != SAMPLES:
+        raise RuntimeError(f"P10: unexpected consumer output: {err}")
+    wait, compute = float(m.group(2)), float(m.group(3))
     # Worker-seconds: registered workers integrated over the consumer's run.
     worker_seconds = 0.0
     for (t0, n, _, _), (t1, _, _, _) in zip(samples, samples[1:] + [(took, 0, 0, 0)]):
@@ -140,6 +119,39 @@ def one_run(ctx, spec, plugin_dir, autoscaled, index):
               "max_target": max(targets) if targets else None}
     lib.log(f"P10 {tag}: {json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items()})}")
     return result
+
+
+def one_run(ctx, spec, plugin_dir, autoscaled, index):
+    """Fixed: one job; autoscaled: one job, then (back at 1 worker) the same pipeline again."""
+    tag = f"{'auto' if autoscaled else 'fixed'}{index}"
+    workers = []
+    if autoscaled:
+        extra = ["--autoscale", "local", "--min-workers", "1", "--max-workers", str(FIXED_WORKERS)]
+        extra += [f"--worker-flag={f}" for f in worker_flags(plugin_dir)]
+    else:
+        extra = []
+    dispatcher, address, http = start_dispatcher(ctx, tag, extra)
+    try:
+        if not autoscaled:
+            for _ in range(FIXED_WORKERS):
+                workers.append(subprocess.Popen(
+                    [ctx.stoker, "worker", "--dispatcher", address, *worker_flags(plugin_dir)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        want = 1 if autoscaled else FIXED_WORKERS
+        wait_for(lambda: metric(http, "stoker_dispatcher_workers") == want, f"{want} workers")
+        results = [consume(ctx, spec, address, http, tag)]
+        if autoscaled:
+            wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
+                     metric(http, "stoker_dispatcher_workers") == 1, "the scale-down to 1 worker")
+            results.append(consume(ctx, spec, address, http, tag + "-rerun"))
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            w.wait(timeout=30)
+        dispatcher.send_signal(signal.SIGTERM)
+        dispatcher.wait(timeout=60)
+    return results
 
 
 def med(results, key):
@@ -160,16 +172,19 @@ def run(ctx):
         json.dump({"plugins": [plugin], "source": {"range": SAMPLES},
                    "ops": [{"op": "sleep", "ms": ELEMENT_MS}]}, f)
     load_before = os.getloadavg()[0]
-    results = {"auto": [], "fixed": []}
+    results = {"auto": [], "rerun": [], "fixed": []}
     for i in range(RUNS):
-        results["auto"].append(one_run(ctx, spec, os.path.dirname(plugin), True, i))
-        results["fixed"].append(one_run(ctx, spec, os.path.dirname(plugin), False, i))
+        first, rerun = one_run(ctx, spec, os.path.dirname(plugin), True, i)
+        results["auto"].append(first)
+        results["rerun"].append(rerun)
+        results["fixed"].extend(one_run(ctx, spec, os.path.dirname(plugin), False, i))
     load_after = os.getloadavg()[0]
-    auto, fixed = results["auto"], results["fixed"]
+    auto, rerun, fixed = results["auto"], results["rerun"], results["fixed"]
     reach = med(auto, "reached")
     reach_hb = reach / (HEARTBEAT_MS / 1000) if reach is not None else None
     changes = max((r["changes"] for r in auto if r["changes"] is not None), default=None)
     stall_ratio = med(auto, "stall") / med(fixed, "stall") if med(fixed, "stall") else None
+    rerun_ratio = med(rerun, "stall") / med(fixed, "stall") if med(fixed, "stall") else None
     steady_ratio = (med(auto, "steady_stall") / med(fixed, "steady_stall")
                     if med(fixed, "steady_stall") else None)
     ws_ratio = med(auto, "worker_seconds") / med(fixed, "worker_seconds")
@@ -183,7 +198,9 @@ def run(ctx):
         "any run) | "
         "highest target |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, rs in (("autoscaled, 1 .. 6 from 1", auto), (f"fixed pool of {FIXED_WORKERS}", fixed)):
+    for name, rs in (("autoscaled, 1 .. 6 from 1", auto),
+                     ("autoscaled, the same pipeline again (back at 1 worker)", rerun),
+                     (f"fixed pool of {FIXED_WORKERS}", fixed)):
         rows.append(f"| {name} | {fmt(med(rs, 'seconds'), 1)} | {fmt(med(rs, 'stall'), 3)} | "
                     f"{fmt(med(rs, 'steady_stall'), 3)} | {fmt(med(rs, 'worker_seconds'), 1)} | "
                     f"{fmt(med(rs, 'reached'), 1)} | "
@@ -192,7 +209,7 @@ def run(ctx):
     per_run = "\n".join(
         f"- {kind} run {i}: " + ", ".join(
             f"{k} {fmt(v, 3) if isinstance(v, float) else v}" for k, v in r.items())
-        for kind in ("auto", "fixed") for i, r in enumerate(results[kind]))
+        for kind in ("auto", "rerun", "fixed") for i, r in enumerate(results[kind]))
     text = f"""# P10: autoscaling (bench/suites/autoscale.py)
 
 {lib.machine_line()} Load average (1 min) {load_before:.1f} before and {load_after:.1f} after the
@@ -210,6 +227,7 @@ element (about 83 elements/s), {SAMPLES} elements: 3 workers needed. Autoscaler 
 | reach the needed 3 workers within 10 heartbeat intervals | {fmt(reach_hb, 1)} intervals of {HEARTBEAT_MS} ms ({fmt(reach, 1)} s after the consumer started) | {verdict(reach_hb is not None and reach_hb <= 10)} |
 | at most 1 change after settling | {changes} (most in any run) | {verdict(changes is not None and changes <= 1)} |
 | trainer stall ratio <= 1.1x the fixed pool's (whole run) | {fmt(stall_ratio, 2)}x | {verdict(stall_ratio is not None and stall_ratio <= 1.1)} |
+| the same, a second job of the same pipeline (its need remembered) | {fmt(rerun_ratio, 2)}x | {verdict(rerun_ratio is not None and rerun_ratio <= 1.1)} |
 | the same once 3 workers run (steady state) | {fmt(steady_ratio, 2)}x | {verdict(steady_ratio is not None and steady_ratio <= 1.1)} |
 | worker-seconds <= 0.6x the fixed pool's | {ws_ratio:.2f}x | {verdict(ws_ratio <= 0.6)} |
 
@@ -220,8 +238,10 @@ the first decision came after two intervals), then the new worker processes star
 (about 0.1 s). Until they produce, the trainer gets a third of what it asks for: about 0.2 s of
 waiting more than with the pool, whatever the job's length, so the whole-run ratio shrinks as the
 job grows (this job lasts about 22 s; a training job of hours would see the steady-state figure).
-That is the floor of starting workers on demand; only workers running before the trainer reads
-(`--min-workers` near the expected need) avoid it. The steady-state column compares the two once 3
+That is the floor of starting workers on demand for a pipeline the dispatcher has not seen. The
+second job of the same pipeline on the same dispatcher (started once the pool is back at 1 worker)
+starts from the need the dispatcher remembered from the first: its workers are asked for when its
+consumer registers, before the first element. The steady-state column compares the set-ups once 3
 workers run.
 
 A change after settling, where there is one, comes at the job's end: once every split is handed

@@ -8,8 +8,9 @@ each: about 33 elements/s per worker) and a consumer whose trainer spends 12 ms 
 checks that the dispatcher grows to 3 workers and holds there while the consumer runs (at most
 one change after reaching 3), that the status page and /metrics show the target, that every key
 is delivered exactly once, that when the consumer ends the extra workers are drained (each tells
-the dispatcher it leaves and exits 0; none is lost or killed), and that no worker process is left
-once the dispatcher exits.
+the dispatcher it leaves and exits 0; none is lost or killed), that the same consumer run again
+starts from the need the dispatcher remembered for the pipeline, and that no worker process is
+left once the dispatcher exits.
 
 Usage: autoscaler_test.py STOKER SLEEP_PLUGIN OUT_DIR
 """
@@ -117,6 +118,27 @@ def main():
         wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
                                         read(derr))) == len(pids) - 1,
                  "the drained workers to exit", 20)
+
+        # The same script again: the dispatcher remembers what the pipeline needed, so the
+        # second job's workers are asked for when its consumer registers, before any measure.
+        decisions = len(re.findall(r"autoscaler: \d+ -> \d+ workers", read(derr)))
+        second = subprocess.run(
+            [STOKER, "consume", "--dispatcher", address, spec, "--print-keys", "--step-ms", "12",
+             "--no-deterministic"], env=env, capture_output=True, text=True, timeout=120)
+        if second.returncode != 0:
+            fail(f"the second consumer failed:\n{second.stderr}")
+        if sorted(second.stdout.split(), key=int) != [str(i) for i in range(SAMPLES)]:
+            fail("the second job did not deliver every key exactly once")
+        later = re.findall(r"autoscaler: (\d+) -> (\d+) workers \((.*)\)", read(derr))[decisions:]
+        if not later or later[0][:2] != ("1", str(NEEDED)) or \
+                f"needed {NEEDED} workers when last read" not in later[0][2]:
+            fail(f"the second job did not start from the remembered need: {later}\n{read(derr)}")
+        wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
+                 metric(http, "stoker_dispatcher_workers") == 1, "the second scale-down", 30)
+        pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
+        wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
+                                        read(derr))) == len(pids) - 1,
+                 "the drained workers of the second job to exit", 20)
     finally:
         if consumer is not None and consumer.poll() is None:
             consumer.kill()

@@ -41,6 +41,11 @@ AutoscalerDecision Autoscaler::Change(int target, int rule, std::string reason) 
   return d;
 }
 
+AutoscalerDecision Autoscaler::Remembered(int workers, std::string reason) {
+  if (workers <= target_) return AutoscalerDecision{target_, -1, false, "remembered: enough"};
+  return Change(workers, -1, std::move(reason));
+}
+
 AutoscalerDecision Autoscaler::Decide(const AutoscalerLoad& load) {
   const int rule = Rule(load);
   auto hold = [&](std::string reason) {

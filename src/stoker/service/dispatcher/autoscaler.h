@@ -68,6 +68,9 @@ class Autoscaler {
   Autoscaler(const AutoscalerConfig& config, int initial);
   // One decision, at the end of an interval.
   AutoscalerDecision Decide(const AutoscalerLoad& load);
+  // A job starts whose pipeline needed `workers` when last read: grows to them at once (never
+  // shrinks; clamped to max), with the cool-down of any change.
+  AutoscalerDecision Remembered(int workers, std::string reason);
   int target() const { return target_; }
   const AutoscalerConfig& config() const { return config_; }
 

@@ -57,6 +57,21 @@ TEST(Autoscaler, RuleTakesWhatConsumersReceivedAsThroughputWhileStalling) {
   EXPECT_EQ(a.Rule(first), 3);  // 1.1 * 80 / 40 = 2.2
 }
 
+TEST(Autoscaler, GrowsToARememberedNeedAtOnceAndNeverShrinksForIt) {
+  AutoscalerConfig c = Config();
+  c.max_step_up = 2;
+  Autoscaler a(c, 1);
+  AutoscalerDecision d = a.Remembered(5, "remembered");  // not limited to max_step_up
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.target, 5);
+  EXPECT_FALSE(a.Remembered(3, "remembered").changed);  // fewer than it has: enough
+  EXPECT_EQ(a.target(), 5);
+  EXPECT_EQ(a.Remembered(9, "remembered").target, 6);  // clamped to max
+  // The change's cool-down holds the next decisions.
+  for (int i = 0; i < c.cooldown_intervals; ++i)
+    EXPECT_FALSE(a.Decide(Load(6, 10, 10, 0.0, 0.1)).changed);
+}
+
 TEST(Autoscaler, GrowsToTheRuleInBoundedStepsWhileStalling) {
   AutoscalerConfig c = Config();
   c.max_step_up = 2;

@@ -220,6 +220,14 @@ class Dispatcher {
   absl::flat_hash_map<int64_t, std::chrono::steady_clock::time_point> first_look_due_
       ABSL_GUARDED_BY(mu_);
   bool measure_now_ ABSL_GUARDED_BY(mu_) = false;  // the measuring thread measures at once
+  // The autoscaler's memory (docs/operations.md, "Autoscaler"): per pipeline fingerprint, the
+  // rule's N while a job of it was the only one read and its trainers did not stall. Not
+  // journaled: a restarted dispatcher measures afresh.
+  absl::flat_hash_map<std::string, int> remembered_need_ ABSL_GUARDED_BY(mu_);
+  // A job of a remembered pipeline got its first consumer: the measuring thread grows to this
+  // at once (0: nothing asked), for this reason.
+  int remembered_start_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string remembered_reason_ ABSL_GUARDED_BY(mu_);
   // The last interval's rates, for the status page and /metrics.
   struct WorkerRates {
     double busy_share = 0;

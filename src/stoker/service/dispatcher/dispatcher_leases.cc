@@ -356,8 +356,16 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       std::max<int64_t>(0, req.delivered_elements()), Finite(req.first_wait_seconds())};
   // A consumer new to this process is measured from its first heartbeat; with an autoscaler, its
   // first look comes once it has read for first_look (docs/operations.md, "Autoscaler").
-  if (client_measured_.try_emplace(client_id, totals).second && autoscaler_ != nullptr)
+  if (client_measured_.try_emplace(client_id, totals).second && autoscaler_ != nullptr) {
     first_look_due_[client_id] = Clock::now() + options_.autoscaler.first_look;
+    // A pipeline read before: start its workers now, before the first look measures it.
+    auto need = remembered_need_.find(job->fingerprint);
+    if (need != remembered_need_.end() && need->second > remembered_start_) {
+      remembered_start_ = need->second;
+      remembered_reason_ = StrCat("remembered: a job of pipeline ", job->fingerprint.substr(0, 12),
+                                  " needed ", need->second, " workers when last read");
+    }
+  }
   if (auto due = first_look_due_.find(client_id);
       due != first_look_due_.end() && Clock::now() >= due->second &&
       totals.elements > client_measured_[client_id].elements) {

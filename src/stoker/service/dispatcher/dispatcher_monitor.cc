@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "stoker/core/logging.h"
@@ -229,9 +231,11 @@ void Dispatcher::MeasureLoop() {
     Autoscaler* autoscaler = nullptr;
     WorkerActuator* actuator = nullptr;
     AutoscalerLoad load;
+    int remembered = 0;  // > 0: a job of a remembered pipeline started
+    std::string remembered_reason;
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this] { return stopping_ || measure_now_; };
+      auto wake = [this] { return stopping_ || measure_now_ || remembered_start_ > 0; };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.load_interval));
       if (stopping_) return;
       const bool first_look = measure_now_;  // else the interval's end
@@ -245,10 +249,22 @@ void Dispatcher::MeasureLoop() {
       load_ = load;
       autoscaler = autoscaler_.get();
       actuator = actuator_.get();
+      remembered = std::exchange(remembered_start_, 0);
+      remembered_reason = std::move(remembered_reason_);
+      // Remember the need of a pipeline read alone, its trainers not stalling.
+      absl::flat_hash_set<int64_t> read_jobs;
+      for (const auto& [id, c] : state_.clients()) read_jobs.insert(c.job_id);
+      auto job =
+          read_jobs.size() == 1 ? state_.jobs().find(*read_jobs.begin()) : state_.jobs().end();
+      if (autoscaler != nullptr && job != state_.jobs().end() && !load.first_look &&
+          recommended_ > 0 && load.stall_ratio <= options_.autoscaler.stall_high)
+        remembered_need_[job->second.fingerprint] = recommended_;
     }
     if (autoscaler == nullptr) continue;
     const int before = autoscaler->target();
-    AutoscalerDecision d = autoscaler->Decide(load);
+    AutoscalerDecision d = remembered > 0
+                               ? autoscaler->Remembered(remembered, std::move(remembered_reason))
+                               : autoscaler->Decide(load);
     absl::Status s = absl::OkStatus();
     if (d.changed || retry) s = actuator->Scale(d.target);
     actuator->Tick();
