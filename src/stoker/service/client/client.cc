@@ -496,7 +496,10 @@ void ServiceClient::HeartbeatLoop() {
     ClientHeartbeatResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(5));
+    const auto sent = Clock::now();
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
+    // A reply held for wait_ms took part of the interval already.
+    const auto held = s.ok() && req.wait_ms() > 0 ? Clock::now() - sent : Clock::duration::zero();
     absl::MutexLock lock(&mu_);
     if (s.ok()) {
       ApplyHeartbeatLocked(req, resp);
@@ -511,7 +514,9 @@ void ServiceClient::HeartbeatLoop() {
     // After a failed heartbeat, wait the whole interval even if GetNext asks for one now.
     if (s.ok()) heartbeat_now_ = false;
     auto wake = [&] { return stopping_ || (s.ok() && heartbeat_now_); };
-    mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.heartbeat_interval));
+    mu_.AwaitWithTimeout(absl::Condition(&wake),
+                         absl::FromChrono(std::max<Clock::duration>(
+                             Clock::duration::zero(), options_.heartbeat_interval - held)));
   }
 }
 
@@ -536,6 +541,11 @@ ClientHeartbeatRequest ServiceClient::HeartbeatRequestLocked() {
   }
   for (const auto& [id, f] : fetchers_)
     if (f->ended) req.add_ended_workers(id);
+  // Waiting for data with nothing to acknowledge: learn of a new worker as soon as it joins.
+  if (blocked_ && to_ack_.empty() && client_id_ != 0 && !finished_) {
+    req.set_wait_ms(options_.heartbeat_interval.count());
+    for (const auto& [id, f] : fetchers_) req.add_known_workers(id);
+  }
   return req;
 }
 

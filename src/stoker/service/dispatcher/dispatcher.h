@@ -133,6 +133,10 @@ class Dispatcher {
   // Removes lost workers and silent consumers, and ends jobs nobody consumes.
   void MonitorPeers();
   void CheckClients(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heartbeat's wait_ms: holds (releasing mu_) until the job's workers differ from the
+  // consumer's known_workers, the job or the consumer is gone, finished or failed, or wait_ms.
+  void AwaitWorkerChange(const ClientHeartbeatRequest& req, int64_t client_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a consumer; the job errs (coordinated) or ends (no consumer left) as the rules say.
   absl::Status RemoveClient(int64_t client_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,6 +148,8 @@ class Dispatcher {
   // acts on its decision.
   void MeasureLoop();
   AutoscalerLoad MeasureLoad(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Updates remembered_need_ from the interval just measured (recommended_ is its rule).
+  void RememberNeed(const AutoscalerLoad& load) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports the state's gauges (workers, clients, jobs, splits) at each /metrics scrape.
   void CollectMetrics(MetricsWriter& w);
   // What a job reads (its spec's source: a URL, `range N`, a mix of URLs), cached by fingerprint.
@@ -221,9 +227,13 @@ class Dispatcher {
       ABSL_GUARDED_BY(mu_);
   bool measure_now_ ABSL_GUARDED_BY(mu_) = false;  // the measuring thread measures at once
   // The autoscaler's memory (docs/operations.md, "Autoscaler"): per pipeline fingerprint, the
-  // rule's N while a job of it was the only one read and its trainers did not stall. Not
-  // journaled: a restarted dispatcher measures afresh.
-  absl::flat_hash_map<std::string, int> remembered_need_ ABSL_GUARDED_BY(mu_);
+  // most the rule called for while the last job of it was the only one read and its trainers
+  // did not stall. Not journaled: a restarted dispatcher measures afresh.
+  struct RememberedNeed {
+    int64_t job_id = 0;
+    int workers = 0;
+  };
+  absl::flat_hash_map<std::string, RememberedNeed> remembered_need_ ABSL_GUARDED_BY(mu_);
   // A job of a remembered pipeline got its first consumer: the measuring thread grows to this
   // at once (0: nothing asked), for this reason.
   int remembered_start_ ABSL_GUARDED_BY(mu_) = 0;

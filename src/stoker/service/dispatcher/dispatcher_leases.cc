@@ -360,10 +360,10 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     first_look_due_[client_id] = Clock::now() + options_.autoscaler.first_look;
     // A pipeline read before: start its workers now, before the first look measures it.
     auto need = remembered_need_.find(job->fingerprint);
-    if (need != remembered_need_.end() && need->second > remembered_start_) {
-      remembered_start_ = need->second;
+    if (need != remembered_need_.end() && need->second.workers > remembered_start_) {
+      remembered_start_ = need->second.workers;
       remembered_reason_ = StrCat("remembered: a job of pipeline ", job->fingerprint.substr(0, 12),
-                                  " needed ", need->second, " workers when last read");
+                                  " needed ", need->second.workers, " workers when last read");
     }
   }
   if (auto due = first_look_due_.find(client_id);
@@ -390,6 +390,12 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       RETURN_IF_ERROR(
           Update({{"type", "worker_ended"}, {"job_id", job->id}, {"worker_id", worker_id}}));
   if (req.leaving()) return RemoveClient(client_id, kLeft);
+  if (req.wait_ms() > 0) {
+    AwaitWorkerChange(req, client_id);
+    job = state_.FindJob(req.job_id());
+    if (job == nullptr || !state_.clients().count(client_id))
+      return absl::UnavailableError("the job or its consumer was removed meanwhile; try again");
+  }
   for (const auto& [id, w] : state_.workers()) {
     // An unhealthy worker serves only the jobs it already ran; with sharding off, its stream of
     // a job it does not run counts as consumed (empty), so the job can finish without it.
@@ -416,6 +422,32 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
   resp->set_splits_created(state_.next_split_id(job->id));
   resp->set_num_consumers(job->num_consumers);
   return absl::OkStatus();
+}
+
+void Dispatcher::AwaitWorkerChange(const ClientHeartbeatRequest& req, int64_t client_id) {
+  std::set<int64_t> known(req.known_workers().begin(), req.known_workers().end());
+  // The workers the reply would list (see ClientHeartbeat): all but the unhealthy ones that do
+  // not run the job.
+  auto served = [&](int64_t job_id) {
+    std::set<int64_t> ids;
+    for (const auto& [id, w] : state_.workers())
+      if (auto r = running_.find(id);
+          !unhealthy_.count(id) || (r != running_.end() && r->second.count(job_id)))
+        ids.insert(id);
+    return ids;
+  };
+  // Bounded well inside the client timeout, as a worker's wait.
+  auto deadline = absl::Now() + absl::Milliseconds(std::clamp<int64_t>(
+                                    req.wait_ms(), 0, options_.client_timeout.count() / 3));
+  while (!stopping_ && absl::Now() < deadline) {
+    const auto* job = state_.FindJob(req.job_id());
+    if (job == nullptr || !state_.clients().count(client_id) || state_.JobFinished(*job) ||
+        !job->error.empty() || !job->ended.empty() || served(job->id) != known)
+      break;
+    const int64_t version = updates_;
+    auto changed = [&] { return stopping_ || updates_ != version; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) break;
+  }
 }
 
 absl::Status Dispatcher::RemoveClient(int64_t client_id, const std::string& why) {

@@ -224,6 +224,21 @@ AutoscalerLoad Dispatcher::MeasureLoad(double seconds) {
   return load;
 }
 
+void Dispatcher::RememberNeed(const AutoscalerLoad& load) {
+  // Only a pipeline read alone (the rule sums every job's demand), its trainers not stalling
+  // (else the rule may not have reached what they need), not from a first look's short window.
+  if (load.first_look || recommended_ <= 0 || load.stall_ratio > options_.autoscaler.stall_high)
+    return;
+  absl::flat_hash_set<int64_t> read_jobs;
+  for (const auto& [id, c] : state_.clients()) read_jobs.insert(c.job_id);
+  if (read_jobs.size() != 1) return;
+  const auto* job = state_.FindJob(*read_jobs.begin());
+  if (job == nullptr) return;
+  RememberedNeed& need = remembered_need_[job->fingerprint];
+  if (need.job_id != job->id) need = {job->id, 0};
+  need.workers = std::max(need.workers, recommended_);
+}
+
 void Dispatcher::MeasureLoop() {
   auto last = Clock::now();
   bool retry = true;  // the last request to the actuator failed (or StartAutoscaler's, maybe)
@@ -251,14 +266,7 @@ void Dispatcher::MeasureLoop() {
       actuator = actuator_.get();
       remembered = std::exchange(remembered_start_, 0);
       remembered_reason = std::move(remembered_reason_);
-      // Remember the need of a pipeline read alone, its trainers not stalling.
-      absl::flat_hash_set<int64_t> read_jobs;
-      for (const auto& [id, c] : state_.clients()) read_jobs.insert(c.job_id);
-      auto job =
-          read_jobs.size() == 1 ? state_.jobs().find(*read_jobs.begin()) : state_.jobs().end();
-      if (autoscaler != nullptr && job != state_.jobs().end() && !load.first_look &&
-          recommended_ > 0 && load.stall_ratio <= options_.autoscaler.stall_high)
-        remembered_need_[job->second.fingerprint] = recommended_;
+      if (autoscaler != nullptr) RememberNeed(load);
     }
     if (autoscaler == nullptr) continue;
     const int before = autoscaler->target();
