@@ -61,10 +61,19 @@ struct LocalRead {
   uint64_t length = 0;  // bytes to read into the block
   uint64_t got = 0;
   BufferPool::Block block;
+  Buffer mapped;  // the answer as a slice of a mapping of the file (AnswerFromMapping)
   absl::Status error;
 
-  // Prepares the read; false when it is answered already (error, or nothing to read).
+  // Prepares the read and takes a block for it; false when it is answered already (error, or
+  // nothing to read).
   bool Prepare(const ReadRequest& request) {
+    if (!Plan(request)) return false;
+    block = BufferPool::Default().Get(length);
+    return true;
+  }
+
+  // Prepare without taking the block (for a read that may be answered by a mapping first).
+  bool Plan(const ReadRequest& request) {
     if (!file->error.ok()) {
       error = file->error;
       return false;
@@ -88,7 +97,6 @@ struct LocalRead {
       end = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
     }
     length = end - start;
-    block = BufferPool::Default().Get(length);
     return true;
   }
 
@@ -108,6 +116,7 @@ struct LocalRead {
 
   absl::StatusOr<Buffer> Result() {
     if (!error.ok()) return error;
+    if (mapped.data() != nullptr) return mapped;
     if (want.length == 0) return Buffer();
     uint64_t lead = want.offset - start;
     if (got <= lead) return Buffer();
@@ -118,6 +127,7 @@ struct LocalRead {
     ReadCallback callback = std::move(done);
     absl::StatusOr<Buffer> result = Result();
     block = {};
+    mapped = Buffer();
     file.reset();
     std::move(callback)(std::move(result));
   }

@@ -26,6 +26,7 @@
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/core/thread_pool.h"
+#include "stoker/io/local/local_map.h"
 #include "stoker/io/local/local_read.h"
 #include "stoker/io/memory_store.h"
 #include "stoker/io/range_util.h"
@@ -120,6 +121,13 @@ LocalStoreOptions::Engine EngineFromEnvironment(LocalStoreOptions::Engine engine
   return engine;
 }
 
+bool MapResidentFromEnvironment() {
+  const char* env = std::getenv("STOKER_LOCAL_MMAP");
+  if (env == nullptr) return true;
+  std::string_view value(env);
+  return !(value == "off" || value == "0");
+}
+
 }  // namespace
 
 LocalStore::LocalStore(int io_threads) : LocalStore(LocalStoreOptions{.io_threads = io_threads}) {}
@@ -136,6 +144,10 @@ LocalStore::LocalStore(LocalStoreOptions options) : options_(std::move(options))
       LogOnce(logged, StrCat("io_uring is unavailable (", uring.status().message(),
                              "); local files are read with pread on a thread pool"));
     }
+  }
+  if (options_.map_resident && !options_.direct && options_.page_cache_first &&
+      !options_.inject_error && MapResidentFromEnvironment()) {
+    mappings_ = std::make_unique<local_internal::FileMappings>();
   }
   if (engine_ == nullptr) {
     // pread has one read in flight per thread: enough threads to keep a disk's queue busy.
@@ -161,27 +173,38 @@ bool LocalStore::direct() const { return options_.direct; }
 void LocalStore::ReadBatchAsync(std::vector<ReadRequest> requests, std::vector<ReadCallback> done) {
   // Each file once per batch (batches are normally of one file: a shard's coalesced reads).
   std::vector<std::shared_ptr<OpenFile>> files;
+  std::vector<std::shared_ptr<const local_internal::FileMapping>> mappings;  // one per file
   std::vector<std::unique_ptr<LocalRead>> reads, answered;
   reads.reserve(requests.size());
   const bool cache_first = options_.page_cache_first && !options_.inject_error;
   for (size_t i = 0; i < requests.size(); ++i) {
     std::string path = Url(requests[i].key);
-    std::shared_ptr<OpenFile> file;
-    for (const auto& f : files) {
-      if (f->path == path) file = f;
-    }
-    if (file == nullptr) {
-      file = OpenForRead(std::move(path), options_.direct);
-      files.push_back(file);
+    size_t f = 0;
+    while (f < files.size() && files[f]->path != path) ++f;
+    if (f == files.size()) {
+      files.push_back(OpenForRead(std::move(path), options_.direct));
+      mappings.push_back(mappings_ != nullptr ? mappings_->Get(*files.back()) : nullptr);
     }
     auto read = std::make_unique<LocalRead>();
-    read->file = std::move(file);
+    read->file = files[f];
     read->done = std::move(done[i]);
-    if (read->Prepare(requests[i])) {
-      reads.push_back(std::move(read));
-    } else {
+    if (!read->Plan(requests[i])) {
       answered.push_back(std::move(read));
+      continue;
     }
+    // Resident in the page cache: a slice of the file's mapping, nothing copied.
+    const local_internal::FileMapping* mapping = mappings[f].get();
+    if (mapping != nullptr && read->length >= local_internal::kMinMappedReadBytes &&
+        read->start + read->length <= mapping->size &&
+        local_internal::Resident(*mapping, read->start, read->length)) {
+      local_internal::Populate(*mapping, read->start, read->length);
+      read->mapped =
+          Buffer::Wrap(mappings[f], mapping->data + read->want.offset, read->want.length);
+      answered.push_back(std::move(read));
+      continue;
+    }
+    read->block = BufferPool::Default().Get(read->length);
+    reads.push_back(std::move(read));
   }
   if (cache_first) {
     // The engine starts on the later half of a large batch while this thread reads the first

@@ -2,8 +2,9 @@
 // (Url(key) == "/" + key). Writes go to a temporary file in the same folder that is renamed into
 // place by Close(), so a reader never sees a half-written file.
 //
-// Reads of data in the page cache are done on the calling thread (page_cache_first below); the
-// rest run on one of two engines, chosen when the store is created (docs/reads.md):
+// Reads of data in the page cache are done on the calling thread (page_cache_first below), large
+// ones as slices of a mapping of the file (map_resident); the rest run on one of two engines,
+// chosen when the store is created (docs/reads.md):
 //   io_uring  `io_threads` threads, each owning one ring. A ReadBatchAsync call goes to the rings
 //             as a few batches and each ring submits everything it has in one system call;
 //             completions drive the callbacks (they run on the ring's thread).
@@ -30,7 +31,8 @@
 
 namespace stoker::io {
 namespace local_internal {
-class ReadEngine;  // local_read.h
+class ReadEngine;    // local_read.h
+class FileMappings;  // local_map.h
 }  // namespace local_internal
 
 struct LocalStoreOptions {
@@ -48,6 +50,12 @@ struct LocalStoreOptions {
   // without a hand-off to an engine thread and back, cold data still gets the engine's queue
   // depth. Not with `direct` (no page cache) or inject_error (tests of the engines).
   bool page_cache_first = true;
+  // With page_cache_first: a read of a file of at least 1 MiB whose pages are all in the page
+  // cache (mincore) is answered as a slice of a long-lived read-only mapping of the file, without
+  // a copy (docs/reads.md, "Warm local reads without a copy"). The file must not be truncated or
+  // rewritten in place while slices of it are alive (a truncated mapping raises SIGBUS);
+  // STOKER_LOCAL_MMAP=off turns this off for the process.
+  bool map_resident = true;
   // Open files with O_DIRECT.
   bool direct = false;
   // Tests only: called before each read is issued; a non-zero errno fails that read as if the
@@ -99,6 +107,7 @@ class LocalStore : public ObjectStore {
  private:
   LocalStoreOptions options_;
   std::unique_ptr<local_internal::ReadEngine> engine_;
+  std::unique_ptr<local_internal::FileMappings> mappings_;  // null: map_resident is off
 };
 
 }  // namespace stoker::io

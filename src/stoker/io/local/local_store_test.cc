@@ -161,6 +161,135 @@ LocalStoreOptions Engine(LocalStoreOptions::Engine engine, bool direct) {
   return options;
 }
 
+void DropCachedPages(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << path;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Reads [offset, offset + length) of `path` with pread into the page cache (no read-ahead).
+void Touch(const std::string& path, uint64_t offset, uint64_t length) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << path;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  std::string scratch(length, '\0');
+  ASSERT_EQ(::pread(fd, scratch.data(), length, static_cast<off_t>(offset)),
+            static_cast<ssize_t>(length));
+  ::close(fd);
+}
+
+// Ranges the page cache holds are answered as slices of a mapping of the file: the same range
+// read twice comes back at the same address (nothing was copied). Cold ranges, a range only
+// partly in the page cache, small reads, small files and a store with map_resident off are
+// copied. Every answer holds the file's bytes.
+TEST_F(LocalStoreTest, ResidentRangesAreSlicesOfAMappingWithTheSameBytes) {
+  const std::string data = RandomBytes(6 << 20, 5);
+  const std::string small_data = RandomBytes(512 << 10, 6);
+  ASSERT_TRUE(store_.Put(prefix_ + "big", Buffer::Copy(data)).ok());
+  ASSERT_TRUE(store_.Put(prefix_ + "small", Buffer::Copy(small_data)).ok());
+  const std::string path = store_.Url(prefix_ + "big");
+  std::vector<ByteRange> ranges = {{0, 100 << 10},           {4097, 200'000}, {3 << 20, 64 << 10},
+                                   {(6 << 20) - 5000, 5000}, {1 << 20, 1000}, {5 << 20, 1 << 20}};
+  auto requests = [&] {
+    std::vector<ReadRequest> out;
+    for (const ByteRange& r : ranges) out.push_back({prefix_ + "big", r, ""});
+    out.push_back({prefix_ + "small", {1000, 100'000}, ""});
+    return out;
+  };
+  auto check = [&](const std::vector<absl::StatusOr<Buffer>>& got, std::string_view what) {
+    ASSERT_EQ(got.size(), ranges.size() + 1);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << what << " " << i << ": " << got[i].status();
+      EXPECT_TRUE(got[i]->view() ==
+                  std::string_view(data).substr(ranges[i].offset, ranges[i].length))
+          << what << " read " << i;
+    }
+    ASSERT_TRUE(got.back().ok()) << what << ": " << got.back().status();
+    EXPECT_TRUE(got.back()->view() == std::string_view(small_data).substr(1000, 100'000)) << what;
+  };
+  for (auto engine : {LocalStoreOptions::Engine::kUring, LocalStoreOptions::Engine::kPread}) {
+    SCOPED_TRACE(engine == LocalStoreOptions::Engine::kUring ? "io_uring" : "pread");
+    {
+      LocalStore store(Engine(engine, /*direct=*/false));
+      // Warm: every large range of the big file is mapped; the 1,000-byte read and the small
+      // file's read are copies.
+      Touch(path, 0, data.size());
+      Touch(store_.Url(prefix_ + "small"), 0, small_data.size());
+      auto first = ReadBatch(store, requests());
+      auto second = ReadBatch(store, requests());
+      check(first, "warm");
+      check(second, "warm again");
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        bool mapped = ranges[i].length >= (16 << 10);
+        EXPECT_EQ(first[i]->data() == second[i]->data(), mapped) << "read " << i;
+      }
+      EXPECT_NE(first.back()->data(), second.back()->data()) << "a file under 1 MiB is copied";
+    }
+    // Pages mapped into a process are not dropped by posix_fadvise(DONTNEED): the store and the
+    // slices (which hold the mapping) are gone before the cache is dropped, and the cold and
+    // mixed reads run on a fresh store.
+    DropCachedPages(path);
+    {
+      LocalStore store(Engine(engine, /*direct=*/false));
+      auto cold = ReadBatch(store, requests());
+      check(cold, "cold");
+    }
+    // Mixed: the first 128 KiB back in the page cache, the rest not; the range at 4097 is then
+    // partly resident and read as a whole by the engine, the one at 0 is a slice.
+    DropCachedPages(path);
+    Touch(path, 0, 128 << 10);
+    {
+      LocalStore store(Engine(engine, /*direct=*/false));
+      auto mixed = ReadBatch(store, requests());
+      check(mixed, "mixed");
+      auto again = ReadBatch(store, {{prefix_ + "big", ranges[0], ""}});
+      ASSERT_TRUE(again[0].ok());
+      EXPECT_EQ(mixed[0]->data(), again[0]->data()) << "resident: a slice of the mapping";
+      auto second = ReadBatch(store, {{prefix_ + "big", ranges[1], ""}});
+      ASSERT_TRUE(second[0].ok());
+      EXPECT_NE(mixed[1]->data(), second[0]->data()) << "partly resident: copied";
+    }
+  }
+  // map_resident off: always copied.
+  LocalStoreOptions off = Engine(LocalStoreOptions::Engine::kAuto, false);
+  off.map_resident = false;
+  LocalStore copying(off);
+  Touch(path, 0, data.size());
+  auto a = ReadBatch(copying, requests());
+  auto b = ReadBatch(copying, requests());
+  check(a, "map_resident off");
+  EXPECT_NE(a[0]->data(), b[0]->data());
+}
+
+// A file replaced by rename while slices of its mapping are alive: the slices keep the old
+// bytes (the old file stays mapped until they are dropped), the next read sees the new file.
+// A file cut short in place is read to its new end, never past it.
+TEST_F(LocalStoreTest, MappedSlicesOutliveAReplacedFile) {
+  const std::string old_data = RandomBytes(2 << 20, 7), new_data = RandomBytes(2 << 20, 8);
+  ASSERT_TRUE(store_.Put(prefix_ + "f", Buffer::Copy(old_data)).ok());
+  const std::string path = store_.Url(prefix_ + "f");
+  LocalStore store(Engine(LocalStoreOptions::Engine::kAuto, false));
+  Touch(path, 0, old_data.size());
+  auto before = ReadBatch(store, {{prefix_ + "f", {1000, 1 << 20}, ""}});
+  auto again = ReadBatch(store, {{prefix_ + "f", {1000, 1 << 20}, ""}});
+  ASSERT_TRUE(before[0].ok() && again[0].ok());
+  ASSERT_EQ(before[0]->data(), again[0]->data()) << "expected a slice of the mapping";
+  ASSERT_TRUE(store_.Put(prefix_ + "f", Buffer::Copy(new_data)).ok());  // write + rename
+  Touch(path, 0, new_data.size());
+  auto after = ReadBatch(store, {{prefix_ + "f", {1000, 1 << 20}, ""}});
+  ASSERT_TRUE(after[0].ok()) << after[0].status();
+  EXPECT_TRUE(after[0]->view() == std::string_view(new_data).substr(1000, 1 << 20));
+  EXPECT_TRUE(before[0]->view() == std::string_view(old_data).substr(1000, 1 << 20));
+
+  // Cut short in place (against the contract, but not past the end): a short answer.
+  ASSERT_EQ(::truncate(path.c_str(), (1 << 20) + 5000), 0);
+  auto cut = ReadBatch(store, {{prefix_ + "f", {1 << 20, 1 << 20}, ""}});
+  ASSERT_TRUE(cut[0].ok()) << cut[0].status();
+  EXPECT_TRUE(cut[0]->view() == std::string_view(new_data).substr(1 << 20, 5000));
+}
+
 // Every engine (io_uring and pread, through the page cache and O_DIRECT) returns the same bytes as
 // the file holds, for random batches of unaligned ranges over files whose sizes are not multiples
 // of the block size, including ranges that run past a file's end and empty ones at the end.
