@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -13,6 +15,7 @@
 #include "stoker/core/logging.h"
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
+#include "stoker/core/thread_pool.h"
 #include "stoker/format/shard_format.h"
 #include "stoker/format/shard_index.h"
 #include "stoker/io/cache/block_cache.h"
@@ -388,10 +391,51 @@ void ShardedDataset::ReadSamplesAsync(
   }
 }
 
+namespace {
+
+// Threads that check and decode part of a blocking ReadSamples call's records beside the caller:
+// one fewer than the cores (at most 3); null on one core.
+ThreadPool* DecodeHelpers() {
+  static ThreadPool* helpers = [] {
+    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return cores > 1 ? new ThreadPool("stoker-decode", std::min(cores - 1, 3)) : nullptr;
+  }();
+  return helpers;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Sample>> ShardedDataset::ReadSamples(
     std::span<const uint64_t> indices) const {
+  // Reads that the store answers on this thread while it issues them (local files in the page
+  // cache, which LocalStore serves without a copy) would leave every record's CRC to this one
+  // thread: of the chunks answered so, all but every (helpers + 1)-th is checked and decoded by
+  // a helper thread while this thread goes on, so a warm batch uses every core. Chunks answered
+  // later (on I/O threads) are decoded where they land, as ReadSamplesAsync does.
+  struct Spread {
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<bool> issuing{true};
+    std::atomic<unsigned> inline_chunks{0};
+  };
+  auto spread = std::make_shared<Spread>();
+  ThreadPool* helpers = DecodeHelpers();
+  DecodeRunner runner;
+  if (helpers != nullptr) {
+    runner = [spread, helpers](absl::AnyInvocable<void() &&> decode) {
+      const unsigned share = static_cast<unsigned>(helpers->num_threads()) + 1;
+      if (spread->issuing.load(std::memory_order_acquire) &&
+          std::this_thread::get_id() == spread->caller &&
+          spread->inline_chunks.fetch_add(1, std::memory_order_relaxed) % share != 0) {
+        helpers->Schedule(std::move(decode));
+      } else {
+        std::move(decode)();
+      }
+    };
+  }
   return Await<absl::StatusOr<std::vector<Sample>>>([&](auto done) {
-    ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()), std::move(done));
+    ReadSamplesAsync(std::vector<uint64_t>(indices.begin(), indices.end()), std::move(done),
+                     std::move(runner));
+    spread->issuing.store(false, std::memory_order_release);
   });
 }
 

@@ -1,8 +1,10 @@
 #include "stoker/format/sharded_dataset.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -362,6 +364,99 @@ TEST(DatasetTest, LocalEnginesReadIdenticalSamples) {
       }
     }
   }
+}
+
+// The bytes of a local dataset's samples are the same through every read path: warm (slices of
+// mappings of the shards, the records checked partly on helper threads), copied (map_resident
+// off), cold (the engine), mixed residency (some pages in the page cache, some not), O_DIRECT,
+// in batches that span every shard (the last one too small to be mapped) and repeat indices.
+TEST(DatasetTest, LocalReadPathsGiveTheSameSamples) {
+  TempDir dir;
+  constexpr uint64_t kSamples = 160;
+  auto big_sample = [](uint64_t i) {
+    Sample s;
+    s.key = StrCat("k", i);
+    s.fields.push_back({"bin", Buffer::FromString(Payload(i, 20'000 + (i * 7919) % 40'000))});
+    return s;
+  };
+  {
+    DatasetWriterOptions options;
+    options.shard_bytes = 1600 << 10;
+    auto writer = DatasetWriter::Open(dir.path(), options);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (uint64_t i = 0; i < kSamples; ++i) ASSERT_TRUE((*writer)->Add(big_sample(i)).ok());
+    auto manifest = (*writer)->Close();
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    ASSERT_GE(manifest->shards.size(), 3u);
+  }
+  std::vector<std::string> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".stk") shards.push_back(entry.path().string());
+  }
+  auto drop = [&] {
+    for (const std::string& shard : shards) {
+      int fd = ::open(shard.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+  };
+  auto warm = [&](bool every_other_page) {
+    for (const std::string& shard : shards) {
+      int fd = ::open(shard.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+      char page[4096];
+      for (off_t at = 0; ::pread(fd, page, sizeof(page), at) > 0;
+           at += every_other_page ? 8192 : 4096) {
+      }
+      ::close(fd);
+    }
+  };
+  std::mt19937 rng(3);
+  std::vector<std::vector<uint64_t>> batches;
+  for (int b = 0; b < 4; ++b) {
+    std::vector<uint64_t> batch;
+    for (int i = 0; i < 64; ++i) batch.push_back(rng() % kSamples);
+    batch.push_back(kSamples - 1);
+    batch.push_back(batch.front());
+    batches.push_back(std::move(batch));
+  }
+  // Reads every batch through a fresh store; returns the samples' bytes, batch after batch.
+  auto read_all = [&](io::LocalStoreOptions options, std::string_view what) {
+    std::string all;
+    auto store = std::make_shared<io::LocalStore>(options);
+    auto ds = ShardedDataset::Open(store, dir.path().substr(1) + "/");
+    EXPECT_TRUE(ds.ok()) << what << ": " << ds.status();
+    if (!ds.ok()) return all;
+    for (const auto& batch : batches) {
+      auto got = (*ds)->ReadSamples(batch);
+      EXPECT_TRUE(got.ok()) << what << ": " << got.status();
+      if (!got.ok()) return all;
+      EXPECT_EQ(got->size(), batch.size()) << what;
+      for (size_t j = 0; j < got->size(); ++j) {
+        Sample expected = big_sample(batch[j]);
+        EXPECT_EQ((*got)[j].key, expected.key) << what;
+        EXPECT_EQ((*got)[j].fields, expected.fields) << what;
+        all += (*got)[j].key;
+        for (const auto& field : (*got)[j].fields) all += field.value.view();
+      }
+    }
+    return all;
+  };
+  io::LocalStoreOptions mapped, copied, direct;
+  copied.map_resident = false;
+  direct.direct = true;
+  warm(false);
+  const std::string reference = read_all(mapped, "warm, mapped");
+  ASSERT_FALSE(reference.empty());
+  EXPECT_EQ(read_all(copied, "warm, copied"), reference);
+  drop();
+  EXPECT_EQ(read_all(mapped, "cold"), reference);
+  drop();
+  warm(/*every_other_page=*/true);
+  EXPECT_EQ(read_all(mapped, "mixed residency"), reference);
+  EXPECT_EQ(read_all(direct, "O_DIRECT"), reference);
 }
 
 // Direct I/O: on when asked, off when asked, and under kAuto when the dataset exceeds the given
