@@ -500,19 +500,24 @@ TEST(DatasetTest, LocalTruncatedShardAndReadErrorNameShardAndOffset) {
       io::LocalStoreOptions options;
       options.engine = engine;
       options.direct = direct;
-      uint64_t fail_at = ~uint64_t{0};
-      options.inject_error = [&fail_at](std::string_view, uint64_t offset) {
-        return offset == fail_at ? EIO : 0;
+      // Fails the read that starts at the sample's offset or, widened for O_DIRECT, up to 4 KiB
+      // before it (the file system's alignment), and remembers where.
+      uint64_t fail_at = ~uint64_t{0}, failed_at = 0;
+      options.inject_error = [&fail_at, &failed_at](std::string_view, uint64_t offset) {
+        if (fail_at == ~uint64_t{0} || offset > fail_at || offset + 4096 <= fail_at) return 0;
+        failed_at = offset;
+        return EIO;
       };
       auto store = std::make_shared<io::LocalStore>(options);
       auto ds = ShardedDataset::Open(store, dir.path().substr(1) + "/");
       ASSERT_TRUE(ds.ok()) << ds.status();
       SampleLocation loc = (*ds)->directory().location(50);
-      fail_at = direct ? loc.offset / 4096 * 4096 : loc.offset;
+      fail_at = loc.offset;
       auto failed = (*ds)->ReadSamples({50});
       ASSERT_FALSE(failed.ok());
+      if (!direct) EXPECT_EQ(failed_at, loc.offset);
       EXPECT_THAT(failed.status().message(), HasSubstr(shard));
-      EXPECT_THAT(failed.status().message(), HasSubstr(StrCat("at offset ", fail_at)));
+      EXPECT_THAT(failed.status().message(), HasSubstr(StrCat("at offset ", failed_at)));
       EXPECT_THAT(failed.status().message(), HasSubstr("Input/output error"));
       fail_at = ~uint64_t{0};
 

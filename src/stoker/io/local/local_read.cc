@@ -55,6 +55,29 @@ void LogOnce(std::once_flag& flag, std::string message) {
   std::call_once(flag, [&] { spdlog::warn("{}", message); });
 }
 
+namespace {
+
+// The offset alignment O_DIRECT reads of `fd` need (statx STATX_DIOALIGN), when the kernel says
+// and it divides kDirectAlign (the alignment of the pool's blocks); else kDirectAlign. Reading
+// a record widened to 512 bytes instead of 4096 reads ~0.5 KiB more than the record on average
+// instead of ~4 KiB (P12: 100 KiB samples, docs/reads.md "Direct I/O").
+uint64_t DirectAlignment(int fd) {
+#ifdef STATX_DIOALIGN
+  struct statx st;
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) == 0 &&
+      (st.stx_mask & STATX_DIOALIGN) != 0) {
+    uint64_t offset = st.stx_dio_offset_align, memory = st.stx_dio_mem_align;
+    bool power_of_two = offset != 0 && (offset & (offset - 1)) == 0;
+    if (power_of_two && kDirectAlign % offset == 0 && memory != 0 && kDirectAlign % memory == 0) {
+      return offset;
+    }
+  }
+#endif
+  return kDirectAlign;
+}
+
+}  // namespace
+
 std::shared_ptr<OpenFile> OpenForRead(std::string path, bool direct) {
   auto file = std::make_shared<OpenFile>();
   file->path = std::move(path);
@@ -81,6 +104,7 @@ std::shared_ptr<OpenFile> OpenForRead(std::string path, bool direct) {
     file->size = static_cast<uint64_t>(st.st_size);
     file->etag = EtagOf(st);
   }
+  if (file->direct) file->direct_align = DirectAlignment(fd);
   return file;
 }
 

@@ -33,6 +33,8 @@ std::string EtagOf(const struct stat& st);
 // Logs `message` at warn level the first time `flag` is passed.
 void LogOnce(std::once_flag& flag, std::string message);
 
+// O_DIRECT offsets and lengths are widened to this where the kernel does not say what the file
+// needs (statx STATX_DIOALIGN, Linux 6.1+); block buffers are always aligned to it.
 constexpr uint64_t kDirectAlign = 4096;
 
 // One file opened for the requests of one batch.
@@ -46,6 +48,9 @@ struct OpenFile {
   uint64_t size = 0;
   std::string etag;
   bool direct = false;
+  // With `direct`: the file offset (and length) alignment O_DIRECT needs, from statx where the
+  // kernel reports it (512 on most disks), else kDirectAlign.
+  uint64_t direct_align = kDirectAlign;
 };
 
 // Opens `path` for reading (with O_DIRECT when `direct` and the file system allows it) and reads
@@ -93,8 +98,9 @@ struct LocalRead {
     start = want.offset;
     uint64_t end = want.offset + want.length;
     if (file->direct) {
-      start = want.offset / kDirectAlign * kDirectAlign;
-      end = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+      const uint64_t align = file->direct_align;
+      start = want.offset / align * align;
+      end = (end + align - 1) / align * align;
     }
     length = end - start;
     return true;
@@ -111,7 +117,7 @@ struct LocalRead {
     if (result == 0) return true;  // end of file: the file shrank under us
     got += static_cast<uint64_t>(result);
     // O_DIRECT reads come back short only at the end of the file.
-    return got >= length || (file->direct && got % kDirectAlign != 0);
+    return got >= length || (file->direct && got % file->direct_align != 0);
   }
 
   absl::StatusOr<Buffer> Result() {
