@@ -394,14 +394,35 @@ void ShardedDataset::ReadSamplesAsync(
 namespace {
 
 // Threads that check and decode part of a blocking ReadSamples call's records beside the caller:
-// one fewer than the cores (at most 3); null on one core.
-ThreadPool* DecodeHelpers() {
-  static ThreadPool* helpers = [] {
-    int cores = static_cast<int>(std::thread::hardware_concurrency());
-    return cores > 1 ? new ThreadPool("stoker-decode", std::min(cores - 1, 3)) : nullptr;
-  }();
-  return helpers;
-}
+// one fewer than the cores (at most 3); null on one core. A chunk goes to them only while one is
+// idle (`busy` counts the chunks queued or running), so that many threads calling ReadSamples at
+// once never wait behind a queue on the helpers; they then decode their own chunks as before.
+struct DecodeHelpers {
+  explicit DecodeHelpers(int threads) : pool("stoker-decode", threads) {}
+  ThreadPool pool;
+  std::atomic<int> busy{0};
+
+  static DecodeHelpers* Get() {
+    static DecodeHelpers* helpers = [] {
+      int cores = static_cast<int>(std::thread::hardware_concurrency());
+      return cores > 1 ? new DecodeHelpers(std::min(cores - 1, 3)) : nullptr;
+    }();
+    return helpers;
+  }
+
+  // Runs `decode` on an idle helper; false (and `decode` untouched) when none is idle.
+  bool TryRun(absl::AnyInvocable<void() &&>& decode) {
+    if (busy.fetch_add(1, std::memory_order_acq_rel) >= pool.num_threads()) {
+      busy.fetch_sub(1, std::memory_order_acq_rel);
+      return false;
+    }
+    pool.Schedule([this, decode = std::move(decode)]() mutable {
+      std::move(decode)();
+      busy.fetch_sub(1, std::memory_order_acq_rel);
+    });
+    return true;
+  }
+};
 
 }  // namespace
 
@@ -410,26 +431,26 @@ absl::StatusOr<std::vector<Sample>> ShardedDataset::ReadSamples(
   // Reads that the store answers on this thread while it issues them (local files in the page
   // cache, which LocalStore serves without a copy) would leave every record's CRC to this one
   // thread: of the chunks answered so, all but every (helpers + 1)-th is checked and decoded by
-  // a helper thread while this thread goes on, so a warm batch uses every core. Chunks answered
-  // later (on I/O threads) are decoded where they land, as ReadSamplesAsync does.
+  // an idle helper thread while this thread goes on, so a warm batch uses every core. Chunks
+  // answered later (on I/O threads) are decoded where they land, as ReadSamplesAsync does.
   struct Spread {
     std::thread::id caller = std::this_thread::get_id();
     std::atomic<bool> issuing{true};
     std::atomic<unsigned> inline_chunks{0};
   };
   auto spread = std::make_shared<Spread>();
-  ThreadPool* helpers = DecodeHelpers();
+  DecodeHelpers* helpers = DecodeHelpers::Get();
   DecodeRunner runner;
   if (helpers != nullptr) {
     runner = [spread, helpers](absl::AnyInvocable<void() &&> decode) {
-      const unsigned share = static_cast<unsigned>(helpers->num_threads()) + 1;
+      const unsigned share = static_cast<unsigned>(helpers->pool.num_threads()) + 1;
       if (spread->issuing.load(std::memory_order_acquire) &&
           std::this_thread::get_id() == spread->caller &&
-          spread->inline_chunks.fetch_add(1, std::memory_order_relaxed) % share != 0) {
-        helpers->Schedule(std::move(decode));
-      } else {
-        std::move(decode)();
+          spread->inline_chunks.fetch_add(1, std::memory_order_relaxed) % share != 0 &&
+          helpers->TryRun(decode)) {
+        return;
       }
+      std::move(decode)();
     };
   }
   return Await<absl::StatusOr<std::vector<Sample>>>([&](auto done) {

@@ -105,6 +105,9 @@ class LocalStore : public ObjectStore {
   DeviceProfile Probe(std::string_view key);
 
  private:
+  // ReadBatchAsync; `map`: resident ranges may be answered as slices of mappings.
+  void ReadBatch(std::vector<ReadRequest> requests, std::vector<ReadCallback> done, bool map);
+
   LocalStoreOptions options_;
   std::unique_ptr<local_internal::ReadEngine> engine_;
   std::unique_ptr<local_internal::FileMappings> mappings_;  // null: map_resident is off
