@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "stoker/core/strings.h"
 #include "stoker/format/shard_writer.h"
@@ -457,6 +459,32 @@ TEST(DatasetTest, LocalReadPathsGiveTheSameSamples) {
   warm(/*every_other_page=*/true);
   EXPECT_EQ(read_all(mapped, "mixed residency"), reference);
   EXPECT_EQ(read_all(direct, "O_DIRECT"), reference);
+
+  // Several threads reading warm batches at once share the helper threads (a helper takes a
+  // chunk only when idle): every batch complete and in order.
+  warm(false);
+  auto store = std::make_shared<io::LocalStore>(mapped);
+  auto ds = ShardedDataset::Open(store, dir.path().substr(1) + "/");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        const auto& batch = batches[(t + round) % batches.size()];
+        auto got = (*ds)->ReadSamples(batch);
+        if (!got.ok() || got->size() != batch.size()) {
+          ++wrong;
+          continue;
+        }
+        for (size_t j = 0; j < batch.size(); ++j) {
+          if ((*got)[j].fields != big_sample(batch[j]).fields) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 // Direct I/O: on when asked, off when asked, and under kAuto when the dataset exceeds the given
