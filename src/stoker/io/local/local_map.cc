@@ -44,7 +44,15 @@ struct Cachestat {
   uint64_t nr_recently_evicted;
 };
 
+// Set once cachestat is found missing (or forced off by a test): mincore from then on.
+std::atomic<bool>& NoCachestat() {
+  static std::atomic<bool> no{false};
+  return no;
+}
+
 }  // namespace
+
+void UseMincoreForTesting(bool on) { NoCachestat().store(on, std::memory_order_relaxed); }
 
 FileMapping::~FileMapping() {
   if (data != nullptr) ::munmap(const_cast<uint8_t*>(data), size);
@@ -88,8 +96,7 @@ bool Resident(const OpenFile& file, const FileMapping& mapping, uint64_t offset,
   const uint64_t page = PageSize();
   uint64_t first = offset / page * page;
   uint64_t end = std::min(offset + length, mapping.size);
-  static std::atomic<bool> no_cachestat{false};
-  if (!no_cachestat.load(std::memory_order_relaxed)) {
+  if (!NoCachestat().load(std::memory_order_relaxed)) {
     CachestatRange range{first, end - first};
     Cachestat stat{};
     if (::syscall(kCachestatSyscall, file.fd, &range, &stat, 0) == 0) {
@@ -97,7 +104,7 @@ bool Resident(const OpenFile& file, const FileMapping& mapping, uint64_t offset,
     }
     // ENOSYS: an older kernel; EPERM: a kernel that hides this file's residency. mincore then
     // (MincoreTellsResidency said it tells this file's residency truthfully).
-    if (errno == ENOSYS || errno == EPERM) no_cachestat.store(true, std::memory_order_relaxed);
+    if (errno == ENOSYS || errno == EPERM) NoCachestat().store(true, std::memory_order_relaxed);
   }
   size_t pages = static_cast<size_t>((end - first + page - 1) / page);
   unsigned char small[64];

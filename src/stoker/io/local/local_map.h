@@ -61,4 +61,7 @@ class FileMappings {
 // (the bytes are the same).
 bool Resident(const OpenFile& file, const FileMapping& mapping, uint64_t offset, uint64_t length);
 
+// Tests: check residency with mincore (as on kernels without cachestat) while `on`.
+void UseMincoreForTesting(bool on);
+
 }  // namespace stoker::io::local_internal

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "stoker/core/strings.h"
+#include "stoker/io/local/local_map.h"
 
 namespace stoker::io {
 namespace {
@@ -180,11 +181,26 @@ void Touch(const std::string& path, uint64_t offset, uint64_t length) {
   ::close(fd);
 }
 
-// Ranges the page cache holds are answered as slices of a mapping of the file: the same range
+// Ranges the page cache holds (asked with cachestat, and with mincore as on kernels before 6.5)
+// are answered as slices of a mapping of the file: the same range
 // read twice comes back at the same address (nothing was copied). Cold ranges, a range only
 // partly in the page cache, small reads, small files and a store with map_resident off are
 // copied. Every answer holds the file's bytes.
-TEST_F(LocalStoreTest, ResidentRangesAreSlicesOfAMappingWithTheSameBytes) {
+class ResidencyTest : public LocalStoreTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    LocalStoreTest::SetUp();
+    local_internal::UseMincoreForTesting(GetParam());
+  }
+  void TearDown() override {
+    local_internal::UseMincoreForTesting(false);
+    LocalStoreTest::TearDown();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(CachestatOrMincore, ResidencyTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "mincore" : "cachestat"; });
+
+TEST_P(ResidencyTest, ResidentRangesAreSlicesOfAMappingWithTheSameBytes) {
   const std::string data = RandomBytes(6 << 20, 5);
   const std::string small_data = RandomBytes(512 << 10, 6);
   ASSERT_TRUE(store_.Put(prefix_ + "big", Buffer::Copy(data)).ok());
