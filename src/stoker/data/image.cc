@@ -14,6 +14,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "stoker/core/status.h"
 #include "stoker/core/strings.h"
@@ -203,6 +206,14 @@ void OnJpegMessage(j_common_ptr cinfo, int level) {
 
 // The part of the JPEG decode that may longjmp out (through OnJpegError/OnJpegMessage); it keeps
 // no state of its own, so nothing is lost when it does. With `full`, the whole image is decoded.
+//
+// A region is decoded so that every pixel returned equals the full decode's at that place, bit for
+// bit. libjpeg-turbo decodes whole iMCU columns (jpeg_crop_scanline moves the left edge down to
+// one) and upsamples chroma within the columns it decodes, so at the edges of those columns the
+// smoothing filter sees an edge that the full image does not have: the outermost pixels can differ.
+// The columns are therefore widened by one iMCU on each side (where the image goes on), decoded
+// into a row buffer, and only [x, x + w) is kept. Rows need no margin: jpeg_skip_scanlines keeps
+// the upsampler's context rows, and rows after the region's last are decoded as context.
 struct RegionRead {
   int x = 0, y = 0, w = 0, h = 0;
   bool full = false;
@@ -210,7 +221,7 @@ struct RegionRead {
 };
 void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, int scale_num,
               int scale_denom, RegionRead* region, UninitBuffer* pixels,
-              std::vector<uint8_t>* cmyk_row) {
+              std::vector<uint8_t>* row_buffer) {
   jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(cinfo, TRUE);
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
@@ -234,21 +245,35 @@ void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, 
   region->y = std::clamp(region->y, 0, full_h - 1);
   region->w = std::clamp(region->w, 1, full_w - region->x);
   region->h = std::clamp(region->h, 1, full_h - region->y);
-  JDIMENSION x_offset = static_cast<JDIMENSION>(region->x);
-  JDIMENSION width = static_cast<JDIMENSION>(region->w);
-  if (region->x > 0 || region->w < full_w) jpeg_crop_scanline(cinfo, &x_offset, &width);
-  region->x = static_cast<int>(x_offset);
-  region->w = static_cast<int>(width);
+  // The columns decoded: the region widened by one iMCU each side, then to whole iMCUs.
+  int decoded_x = 0, decoded_w = full_w;
+  if (region->x > 0 || region->w < full_w) {
+    const int imcu = cinfo->max_h_samp_factor * cinfo->min_DCT_scaled_size;
+    const int left = std::max(0, region->x - imcu);
+    const int right = std::min(full_w, region->x + region->w + imcu);
+    JDIMENSION x_offset = static_cast<JDIMENSION>(left);
+    JDIMENSION width = static_cast<JDIMENSION>(right - left);
+    if (left > 0 || right < full_w) jpeg_crop_scanline(cinfo, &x_offset, &width);
+    decoded_x = static_cast<int>(x_offset);
+    decoded_w = static_cast<int>(width);
+  }
   if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
-  const int out_w = static_cast<int>(cinfo->output_width);
-  const size_t row_bytes = static_cast<size_t>(out_w) * channels;
+  const int skip = region->x - decoded_x;  // decoded columns left of the region
+  const size_t row_bytes = static_cast<size_t>(region->w) * channels;
   *pixels = UninitBuffer(row_bytes * region->h);
-  if (cmyk) cmyk_row->resize(static_cast<size_t>(out_w) * 4);
+  // Rows go straight into `pixels` when nothing is trimmed or converted, else through a buffer.
+  const bool direct = !cmyk && decoded_w == region->w;
+  if (!direct) row_buffer->resize(static_cast<size_t>(decoded_w) * (cmyk ? 4 : channels));
   while (region->rows < region->h) {
     uint8_t* dst = pixels->data() + row_bytes * region->rows;
-    JSAMPROW row = cmyk ? cmyk_row->data() : dst;
+    JSAMPROW row = direct ? dst : row_buffer->data();
     if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
-    if (cmyk) CmykRow(cmyk_row->data(), out_w, cinfo->saw_Adobe_marker, channels, dst);
+    if (cmyk) {
+      CmykRow(row_buffer->data() + static_cast<size_t>(skip) * 4, region->w,
+              cinfo->saw_Adobe_marker, channels, dst);
+    } else if (!direct) {
+      std::memcpy(dst, row_buffer->data() + static_cast<size_t>(skip) * channels, row_bytes);
+    }
     ++region->rows;
   }
 }
@@ -259,7 +284,7 @@ absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, 
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
   UninitBuffer pixels;
-  std::vector<uint8_t> cmyk_row;
+  std::vector<uint8_t> row_buffer;
   cinfo.err = jpeg_std_error(&errors.manager);
   errors.manager.error_exit = OnJpegError;
   errors.manager.emit_message = OnJpegMessage;
@@ -271,7 +296,7 @@ absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, 
                bytes.size(), " bytes)"));
   }
   jpeg_create_decompress(&cinfo);
-  ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &cmyk_row);
+  ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &row_buffer);
   jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
   jpeg_destroy_decompress(&cinfo);
   if (region.rows < region.h) {
@@ -331,6 +356,64 @@ absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels
   return DecodeJpegImpl(bytes, channels, 1, scale_denom, region);
 }
 
+namespace {
+
+// One source row resized horizontally: out[i] = a * (256 - wx) + b * wx for the two source values
+// of output value i (at most 255 * 256, so uint16). Equal to a * 256 + (b - a) * wx.
+void ResizeRowH(const uint8_t* row, const int* x0s, const int* x1s, const int* wxs, int out_w,
+                int c, uint16_t* out) {
+  if (c == 3) {
+    for (int ox = 0; ox < out_w; ++ox, out += 3) {
+      const uint8_t* a = row + x0s[ox];
+      const uint8_t* b = row + x1s[ox];
+      const int wb = wxs[ox], wa = 256 - wb;
+      out[0] = static_cast<uint16_t>(a[0] * wa + b[0] * wb);
+      out[1] = static_cast<uint16_t>(a[1] * wa + b[1] * wb);
+      out[2] = static_cast<uint16_t>(a[2] * wa + b[2] * wb);
+    }
+    return;
+  }
+  for (int ox = 0; ox < out_w; ++ox) {
+    const uint8_t* a = row + x0s[ox];
+    const uint8_t* b = row + x1s[ox];
+    const int wb = wxs[ox], wa = 256 - wb;
+    for (int k = 0; k < c; ++k) *out++ = static_cast<uint16_t>(a[k] * wa + b[k] * wb);
+  }
+}
+
+// Two horizontally resized rows blended vertically: (top * (256 - wy) + bottom * wy + 32768) >> 16,
+// exactly (32-bit products; SSE2 forms them from 16-bit halves).
+void BlendRowsV(const uint16_t* top, const uint16_t* bottom, int wy, size_t n, uint8_t* out) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128i wt = _mm_set1_epi16(static_cast<int16_t>(256 - wy));
+  const __m128i wb = _mm_set1_epi16(static_cast<int16_t>(wy));
+  const __m128i half = _mm_set1_epi32(1 << 15);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(top + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bottom + i));
+    const __m128i tl = _mm_mullo_epi16(t, wt), th = _mm_mulhi_epu16(t, wt);
+    const __m128i bl = _mm_mullo_epi16(b, wb), bh = _mm_mulhi_epu16(b, wb);
+    __m128i lo = _mm_add_epi32(_mm_unpacklo_epi16(tl, th), _mm_unpacklo_epi16(bl, bh));
+    __m128i hi = _mm_add_epi32(_mm_unpackhi_epi16(tl, th), _mm_unpackhi_epi16(bl, bh));
+    lo = _mm_srli_epi32(_mm_add_epi32(lo, half), 16);
+    hi = _mm_srli_epi32(_mm_add_epi32(hi, half), 16);
+    const __m128i words = _mm_packs_epi32(lo, hi);  // each at most 255
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+  }
+#endif
+  for (; i < n; ++i) {
+    out[i] = static_cast<uint8_t>(
+        (uint32_t{top[i]} * (256 - wy) + uint32_t{bottom[i]} * wy + (1u << 15)) >> 16);
+  }
+}
+
+}  // namespace
+
+// Bilinear in 8-bit fixed point, separable: each source row that an output row needs is resized
+// horizontally once (two kept at a time: consecutive output rows share them), then pairs of them
+// are blended. The result is that of the direct form, top = a * 256 + (b - a) * wx, bottom alike,
+// v = top * 256 + (bottom - top) * wy, out = (v + 32768) >> 16, bit for bit.
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
                   int out_w) {
   const int ih = static_cast<int>(image.shape[0]), iw = static_cast<int>(image.shape[1]);
@@ -339,8 +422,8 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
   UninitBuffer out(static_cast<size_t>(out_h) * out_w * c);
   uint8_t* dst = out.data();
   const double sx = w / out_w, sy = h / out_h;
-  // Fixed point: weights in [0, 256], products fit in int32 (255 * 256 * 256).
-  constexpr int kOne = 256;
+  constexpr int kOne = 256;  // weights in [0, 256]
+  const size_t n = static_cast<size_t>(out_w) * c;
   std::vector<int> x0s(out_w), x1s(out_w), wxs(out_w);
   for (int ox = 0; ox < out_w; ++ox) {
     double fx = std::clamp(x + (ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(iw - 1));
@@ -349,27 +432,26 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
     x1s[ox] = std::min(x0 + 1, iw - 1) * c;
     wxs[ox] = static_cast<int>(std::lround((fx - x0) * kOne));
   }
+  std::vector<uint16_t> rows(2 * n);
+  int held[2] = {-1, -1};  // the source row in each half of `rows`
+  // The horizontally resized source row `r`, computed unless held; never evicts row `keep`.
+  auto resized = [&](int r, int keep) -> const uint16_t* {
+    for (int s = 0; s < 2; ++s)
+      if (held[s] == r) return rows.data() + s * n;
+    const int s = held[0] == keep ? 1 : 0;
+    ResizeRowH(src + static_cast<size_t>(r) * iw * c, x0s.data(), x1s.data(), wxs.data(), out_w, c,
+               rows.data() + s * n);
+    held[s] = r;
+    return rows.data() + s * n;
+  };
   for (int oy = 0; oy < out_h; ++oy) {
     double fy = std::clamp(y + (oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(ih - 1));
     int y0 = static_cast<int>(fy);
     int y1 = std::min(y0 + 1, ih - 1);
     const int wy = static_cast<int>(std::lround((fy - y0) * kOne));
-    const uint8_t* row0 = src + static_cast<size_t>(y0) * iw * c;
-    const uint8_t* row1 = src + static_cast<size_t>(y1) * iw * c;
-    uint8_t* o = dst + static_cast<size_t>(oy) * out_w * c;
-    for (int ox = 0; ox < out_w; ++ox) {
-      const int wx = wxs[ox];
-      const uint8_t* a = row0 + x0s[ox];
-      const uint8_t* b = row0 + x1s[ox];
-      const uint8_t* d = row1 + x0s[ox];
-      const uint8_t* e = row1 + x1s[ox];
-      for (int k = 0; k < c; ++k) {
-        int top = a[k] * kOne + (b[k] - a[k]) * wx;
-        int bottom = d[k] * kOne + (e[k] - d[k]) * wx;
-        int v = top * kOne + (bottom - top) * wy;
-        o[ox * c + k] = static_cast<uint8_t>((v + kOne * kOne / 2) >> 16);
-      }
-    }
+    const uint16_t* top = resized(y0, y1);
+    const uint16_t* bottom = resized(y1, y0);
+    BlendRowsV(top, bottom, wy, n, dst + static_cast<size_t>(oy) * n);
   }
   return Tensor{DType::kUint8, {out_h, out_w, c}, std::move(out).Finish()};
 }
@@ -386,13 +468,35 @@ Tensor Crop(const Tensor& image, int x, int y, int w, int h) {
 }
 
 absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality) {
+  return EncodeJpeg(image, quality, "420", false);
+}
+
+absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality, std::string_view subsampling,
+                                  bool progressive) {
+  const int c = static_cast<int>(image.shape[2]);
+  int samp = TJSAMP_GRAY;
+  if (c != 1) {
+    if (subsampling == "444") {
+      samp = TJSAMP_444;
+    } else if (subsampling == "422") {
+      samp = TJSAMP_422;
+    } else if (subsampling == "420") {
+      samp = TJSAMP_420;
+    } else if (subsampling == "440") {
+      samp = TJSAMP_440;
+    } else if (subsampling == "411") {
+      samp = TJSAMP_411;
+    } else {
+      return absl::InvalidArgumentError(StrCat("unknown chroma subsampling '", subsampling,
+                                               "' (expected 444, 422, 420, 440 or 411)"));
+    }
+  }
   tjhandle tj = tjInitCompress();
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
-  int c = static_cast<int>(image.shape[2]);
   int rc = tjCompress2(tj, image.values<uint8_t>(), static_cast<int>(image.shape[1]), 0,
                        static_cast<int>(image.shape[0]), c == 1 ? TJPF_GRAY : TJPF_RGB, &jpeg,
-                       &size, c == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0);
+                       &size, samp, quality, progressive ? TJFLAG_PROGRESSIVE : 0);
   if (rc != 0) {
     std::string message = tjGetErrorStr2(tj);
     tjDestroy(tj);

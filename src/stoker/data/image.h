@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -37,14 +38,16 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
                                    int scale_denom = 1);
 
 // Decodes only the region [x, x + w) x [y, y + h) of a JPEG (coordinates in the image scaled by
-// 1/scale_denom, scale_denom in {1, 2, 4, 8}): rows above are skipped without colour conversion,
-// rows below are not decoded, and columns are cropped to whole iMCUs (so the region returned may
-// start left of x). Returns the pixels and where they start. Damage in the rows read is an error
-// as for DecodeImage; damage below the region is not read, so not seen.
+// 1/scale_denom, scale_denom in {1, 2, 4, 8}; the region is clamped to the image): rows above are
+// skipped without colour conversion, rows below are not decoded, and only the iMCU columns around
+// the region are (with one iMCU of margin each side, so chroma upsampling sees the neighbours it
+// sees in the full image). Every pixel returned equals the full decode's at the same scale, bit for
+// bit. Damage in the rows read is an error as for DecodeImage; damage below the region is not
+// read, so not seen.
 struct DecodedRegion {
   Tensor image;  // uint8 [rows, columns, channels]
-  int x = 0;     // column of image's first pixel in the scaled image
-  int y = 0;     // row of image's first pixel in the scaled image
+  int x = 0;     // column of image's first pixel in the scaled image (x, clamped)
+  int y = 0;     // row of image's first pixel in the scaled image (y, clamped)
 };
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
                                                int x, int y, int w, int h);
@@ -56,8 +59,13 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
 // Exact integer crop (no interpolation).
 Tensor Crop(const Tensor& image, int x, int y, int w, int h);
 
-// A uint8 HWC image encoded as JPEG (tests and the benchmark data generator).
+// A uint8 HWC image encoded as JPEG (tests and the benchmark data generator): 4:2:0 chroma (grey
+// for 1 channel), baseline.
 absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality);
+// The same with the chroma subsampling named ("444", "422", "420", "440", "411"; ignored for 1
+// channel) and optionally progressive (tests of the decoder's paths).
+absl::StatusOr<Buffer> EncodeJpeg(const Tensor& image, int quality, std::string_view subsampling,
+                                  bool progressive);
 // A uint8 HWC image (1 or 3 channels) encoded as PNG (tests).
 absl::StatusOr<Buffer> EncodePng(const Tensor& image);
 

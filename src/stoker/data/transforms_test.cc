@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 
+#include "stoker/core/strings.h"
 #include "stoker/data/image.h"
 #include "stoker/data/source.h"
 #include "stoker/data/test_util.h"
@@ -108,6 +112,55 @@ TEST(CropResize, IdentityAndHalving) {
   Tensor crop = Crop(g, 2, 3, 4, 2);
   EXPECT_EQ(crop.shape, (std::vector<int64_t>{2, 4, 3}));
   EXPECT_EQ(crop.values<uint8_t>()[0], g.values<uint8_t>()[(3 * 8 + 2) * 3]);
+}
+
+// The bilinear resize in its direct form (each output value from its four source values), which
+// CropResize's separable form must equal bit for bit.
+Tensor DirectCropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
+                        int out_w) {
+  const int ih = static_cast<int>(image.shape[0]), iw = static_cast<int>(image.shape[1]);
+  const int c = static_cast<int>(image.shape[2]);
+  const uint8_t* src = image.values<uint8_t>();
+  MutableBuffer out(static_cast<size_t>(out_h) * out_w * c);
+  for (int oy = 0; oy < out_h; ++oy) {
+    double fy = std::clamp(y + (oy + 0.5) * h / out_h - 0.5, 0.0, double(ih - 1));
+    int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, ih - 1);
+    int wy = static_cast<int>(std::lround((fy - y0) * 256));
+    for (int ox = 0; ox < out_w; ++ox) {
+      double fx = std::clamp(x + (ox + 0.5) * w / out_w - 0.5, 0.0, double(iw - 1));
+      int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, iw - 1);
+      int wx = static_cast<int>(std::lround((fx - x0) * 256));
+      for (int k = 0; k < c; ++k) {
+        auto at = [&](int yy, int xx) { return int{src[(size_t(yy) * iw + xx) * c + k]}; };
+        int top = at(y0, x0) * 256 + (at(y0, x1) - at(y0, x0)) * wx;
+        int bottom = at(y1, x0) * 256 + (at(y1, x1) - at(y1, x0)) * wx;
+        int v = top * 256 + (bottom - top) * wy;
+        out.data()[(size_t(oy) * out_w + ox) * c + k] = static_cast<uint8_t>((v + 32768) >> 16);
+      }
+    }
+  }
+  return Tensor{DType::kUint8, {out_h, out_w, c}, std::move(out).Finish()};
+}
+
+TEST(CropResize, SeparableEqualsDirectForm) {
+  std::srand(25);
+  auto uniform = [] { return std::rand() / (RAND_MAX + 1.0); };
+  for (int round = 0; round < 300; ++round) {
+    const int c = round % 3 == 2 ? 1 : 3;
+    const int ih = 1 + std::rand() % 160, iw = 1 + std::rand() % 160;
+    MutableBuffer pixels(static_cast<size_t>(ih) * iw * c);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels.data()[i] = static_cast<uint8_t>(std::rand());
+    Tensor image{DType::kUint8, {ih, iw, c}, std::move(pixels).Finish()};
+    const double w = 0.5 + uniform() * iw, h = 0.5 + uniform() * ih;
+    const double x = uniform() * (iw - w + 1), y = uniform() * (ih - h + 1);
+    const int out_h = 1 + std::rand() % 120, out_w = 1 + std::rand() % 120;
+    Tensor a = CropResize(image, x, y, w, h, out_h, out_w);
+    Tensor b = DirectCropResize(image, x, y, w, h, out_h, out_w);
+    ASSERT_EQ(a.shape, b.shape);
+    ASSERT_EQ(a.data.view(), b.data.view())
+        << ih << "x" << iw << "x" << c << " crop " << x << "," << y << " " << w << "x" << h
+        << " to " << out_h << "x" << out_w;
+  }
 }
 
 TEST(RandomResizedCrop, OutputSizeReproducibleAndDctScaled) {
@@ -303,35 +356,119 @@ TEST(Normalize, Uint8OutputKeepsValuesInTheLayout) {
 namespace stoker::data {
 namespace {
 
-TEST(DecodeJpegRegion, MatchesFullDecodeCropped) {
-  MutableBuffer pixels(120 * 160 * 3);
-  for (size_t i = 0; i < pixels.size(); ++i) pixels.data()[i] = static_cast<uint8_t>((i * 31) / 7);
-  Tensor image{DType::kUint8, {120, 160, 3}, std::move(pixels).Finish()};
-  Buffer jpeg = *EncodeJpeg(image, 92);
-  for (int denom : {1, 2}) {
-    Tensor full = *DecodeImage(jpeg, 3, 1, denom);
-    auto region = DecodeJpegRegion(jpeg, 3, denom, 37 / denom, 21 / denom, 50 / denom, 40 / denom);
-    ASSERT_TRUE(region.ok()) << region.status();
-    EXPECT_LE(region->x, 37 / denom);
-    EXPECT_EQ(region->y, 21 / denom);
-    const Tensor& r = region->image;
-    EXPECT_EQ(r.shape[0], 40 / denom);
-    EXPECT_GE(r.shape[1] + region->x, (37 + 50) / denom);
-    // Chroma upsampling at the region's edges sees different neighbours; compare the inside.
-    int max_diff = 0;
-    const int64_t fw = full.shape[1];
-    for (int64_t y = 1; y + 1 < r.shape[0]; ++y) {
-      for (int64_t x = 1; x + 1 < r.shape[1]; ++x) {
-        for (int k = 0; k < 3; ++k) {
-          int a = r.values<uint8_t>()[(y * r.shape[1] + x) * 3 + k];
-          int b = full.values<uint8_t>()[((y + region->y) * fw + x + region->x) * 3 + k];
-          max_diff = std::max(max_diff, std::abs(a - b));
+// A w x h image with texture in every channel (so chroma varies between neighbouring blocks and
+// upsampling has something to smooth): smooth waves plus noise, from `seed`.
+Tensor Textured(int h, int w, int channels, uint32_t seed) {
+  std::mt19937 rng(seed);
+  MutableBuffer pixels(static_cast<size_t>(h) * w * channels);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int k = 0; k < channels; ++k) {
+        double v = 128 + 60 * std::sin(x * (0.07 + 0.05 * k) + y * 0.11) +
+                   40 * std::cos(y * (0.05 + 0.03 * k) - x * 0.02) + int(rng() % 41) - 20;
+        pixels.data()[(size_t(y) * w + x) * channels + k] =
+            static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+      }
+    }
+  }
+  return Tensor{DType::kUint8, {h, w, channels}, std::move(pixels).Finish()};
+}
+
+// Every subsampling, baseline and progressive, colour and grey sources, RGB and grey output, every
+// DCT scale, odd sizes, many random windows: each pixel of a region decode is the full decode's.
+TEST(DecodeJpegRegion, EqualsFullDecodeBitForBit) {
+  std::mt19937 rng(7);
+  struct Kind {
+    const char* subsampling;
+    int source_channels;
+  };
+  const Kind kinds[] = {{"444", 3}, {"422", 3}, {"420", 3}, {"440", 3}, {"411", 3}, {"gray", 1}};
+  int windows = 0;
+  for (const Kind& kind : kinds) {
+    for (bool progressive : {false, true}) {
+      const int h = 37 + static_cast<int>(rng() % 150), w = 41 + static_cast<int>(rng() % 190);
+      Tensor image = Textured(h, w, kind.source_channels, static_cast<uint32_t>(rng()));
+      auto jpeg = EncodeJpeg(image, 90, kind.subsampling, progressive);
+      ASSERT_TRUE(jpeg.ok()) << jpeg.status();
+      for (int channels : {3, 1}) {
+        for (int denom : {1, 2, 4, 8}) {
+          auto full = DecodeImage(*jpeg, channels, 1, denom);
+          ASSERT_TRUE(full.ok()) << full.status();
+          const int fh = static_cast<int>(full->shape[0]), fw = static_cast<int>(full->shape[1]);
+          for (int trial = 0; trial < 12; ++trial, ++windows) {
+            const int rw = 1 + static_cast<int>(rng() % fw), rh = 1 + static_cast<int>(rng() % fh);
+            const int rx = static_cast<int>(rng() % (fw - rw + 1));
+            const int ry = static_cast<int>(rng() % (fh - rh + 1));
+            auto region = DecodeJpegRegion(*jpeg, channels, denom, rx, ry, rw, rh);
+            ASSERT_TRUE(region.ok()) << region.status();
+            const std::string where = StrCat(kind.subsampling, progressive ? " progressive" : "",
+                                             " ", w, "x", h, " to ", channels, " channels at 1/",
+                                             denom, ", region ", rx, ",", ry, " ", rw, "x", rh);
+            ASSERT_EQ(region->x, rx) << where;
+            ASSERT_EQ(region->y, ry) << where;
+            ASSERT_EQ(region->image.shape, (std::vector<int64_t>{rh, rw, channels})) << where;
+            for (int y = 0; y < rh; ++y) {
+              const uint8_t* got = region->image.values<uint8_t>() + size_t(y) * rw * channels;
+              const uint8_t* want = full->values<uint8_t>() + (size_t(ry + y) * fw + rx) * channels;
+              ASSERT_EQ(std::memcmp(got, want, size_t(rw) * channels), 0)
+                  << where << ": row " << y << " differs";
+            }
+          }
         }
       }
     }
-    EXPECT_LE(max_diff, 2) << "scale 1/" << denom;
   }
+  EXPECT_EQ(windows, 6 * 2 * 2 * 4 * 12);
   EXPECT_FALSE(DecodeJpegRegion(Buffer::Copy("\xff\xd8\xff garbage"), 3, 1, 0, 0, 4, 4).ok());
+}
+
+// The fused decode_image + random_resized_crop (+ flip + normalize) decodes only the crop's region;
+// its output must be bit for bit that of decoding the whole image and cropping it ("dct_scale":
+// false), for the same seed, over many random windows: every subsampling, progressive, grey, odd
+// sizes, and the ops one by one as well as fused.
+TEST(RandomResizedCrop, RegionDecodeEqualsFullDecodeThenCrop) {
+  std::mt19937 rng(11);
+  const char* kinds[] = {"444", "422", "420", "440", "411", "gray"};
+  std::vector<Element> samples;
+  for (int i = 0; i < 48; ++i) {
+    const char* kind = kinds[i % 6];
+    const int channels = std::string(kind) == "gray" ? 1 : 3;
+    // At most 200 pixels each way: a 101 x 101 output never allows a reduced DCT scale, so both
+    // sides decode at full scale.
+    const int h = 60 + static_cast<int>(rng() % 141), w = 60 + static_cast<int>(rng() % 141);
+    Element e;
+    e.keys = {StrCat("img/", i)};
+    e.fields["jpg"] = Tensor::Bytes(
+        *EncodeJpeg(Textured(h, w, channels, static_cast<uint32_t>(rng())), 90, kind, i % 4 == 3));
+    samples.push_back(std::move(e));
+  }
+  RegisterMemoryDataset("region_images", samples);
+  for (bool fuse : {true, false}) {
+    for (int out_channels : {3, 1}) {
+      json ops = {{{"op", "decode_image"}, {"field", "jpg"}, {"channels", out_channels}},
+                  {{"op", "random_resized_crop"}, {"field", "jpg"}, {"size", {101, 103}}},
+                  {{"op", "flip"}, {"field", "jpg"}},
+                  {{"op", "normalize"},
+                   {"field", "jpg"},
+                   {"mean", {0.4}},
+                   {"std", {0.2}},
+                   {"layout", "CHW"}}};
+      json spec = {
+          {"source", {{"memory", "region_images"}}}, {"fuse_image_ops", fuse}, {"ops", ops}};
+      json whole = spec;
+      whole["ops"][1]["dct_scale"] = false;
+      for (int64_t epoch : {0, 1, 2}) {
+        auto region = RunAll(spec, 1, epoch), full = RunAll(whole, 1, epoch);
+        ASSERT_EQ(region.size(), samples.size());
+        ASSERT_EQ(full.size(), samples.size());
+        for (size_t i = 0; i < region.size(); ++i) {
+          EXPECT_EQ(region[i].fields.at("jpg").data.view(), full[i].fields.at("jpg").data.view())
+              << "sample " << i << " epoch " << epoch << (fuse ? " fused" : " one by one") << ", "
+              << out_channels << " channels";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

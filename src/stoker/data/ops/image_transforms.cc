@@ -200,13 +200,16 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     int need_w = static_cast<int>(std::ceil(out_w * full->width / r.w));
     int need_h = static_cast<int>(std::ceil(out_h * full->height / r.h));
     const int denom = PickJpegScale(*full, need_w, need_h).second;  // numerator is 1
-    // Decode only the crop (plus one pixel for the interpolation) at that scale.
+    // Decode only the crop at that scale, plus one pixel each side: the bilinear interpolation
+    // reads up to half a pixel beyond the crop, and CropResize clamps at the edges of what it is
+    // given, which must then be the image's own edges or pixels it does not read. So the result
+    // is bit for bit that of the whole image decoded at this scale, then cropped and resized.
     const int scaled_w = (full->width + denom - 1) / denom;
     const int scaled_h = (full->height + denom - 1) / denom;
     const double fx = static_cast<double>(scaled_w) / full->width;
     const double fy = static_cast<double>(scaled_h) / full->height;
-    const int x0 = static_cast<int>(std::floor(r.x * fx));
-    const int y0 = static_cast<int>(std::floor(r.y * fy));
+    const int x0 = std::max(0, static_cast<int>(std::floor(r.x * fx)) - 1);
+    const int y0 = std::max(0, static_cast<int>(std::floor(r.y * fy)) - 1);
     const int x1 = std::min(scaled_w, static_cast<int>(std::ceil((r.x + r.w) * fx)) + 1);
     const int y1 = std::min(scaled_h, static_cast<int>(std::ceil((r.y + r.h) * fy)) + 1);
     ASSIGN_OR_RETURN(DecodedRegion region,
