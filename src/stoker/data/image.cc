@@ -207,13 +207,14 @@ void OnJpegMessage(j_common_ptr cinfo, int level) {
 // The part of the JPEG decode that may longjmp out (through OnJpegError/OnJpegMessage); it keeps
 // no state of its own, so nothing is lost when it does. With `full`, the whole image is decoded.
 //
-// A region is decoded so that every pixel returned equals the full decode's at that place, bit for
-// bit. libjpeg-turbo decodes whole iMCU columns (jpeg_crop_scanline moves the left edge down to
-// one) and upsamples chroma within the columns it decodes, so at the edges of those columns the
-// smoothing filter sees an edge that the full image does not have: the outermost pixels can differ.
-// The columns are therefore widened by one iMCU on each side (where the image goes on), decoded
-// into a row buffer, and only [x, x + w) is kept. Rows need no margin: jpeg_skip_scanlines keeps
-// the upsampler's context rows, and rows after the region's last are decoded as context.
+// A region is decoded so that its pixels equal the full decode's at that place, bit for bit.
+// libjpeg-turbo decodes whole iMCU columns (jpeg_crop_scanline moves the left edge down to one)
+// and upsamples chroma within the columns it decodes, so at the edges of those columns the
+// smoothing filter sees an edge that the full image does not have: the outermost pixels can
+// differ. The columns are therefore widened by one iMCU on each side (where the image goes on);
+// the margin is returned with the region (trimming it would cost a copy of every row) and only
+// [x, x + w) is guaranteed. Rows need no margin: jpeg_skip_scanlines keeps the upsampler's context
+// rows, and the rows after the region's last are decoded as context.
 struct RegionRead {
   int x = 0, y = 0, w = 0, h = 0;
   bool full = false;
@@ -221,7 +222,7 @@ struct RegionRead {
 };
 void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, int scale_num,
               int scale_denom, RegionRead* region, UninitBuffer* pixels,
-              std::vector<uint8_t>* row_buffer) {
+              std::vector<uint8_t>* cmyk_row) {
   jpeg_mem_src(cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(cinfo, TRUE);
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
@@ -258,22 +259,16 @@ void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, 
     decoded_w = static_cast<int>(width);
   }
   if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
-  const int skip = region->x - decoded_x;  // decoded columns left of the region
-  const size_t row_bytes = static_cast<size_t>(region->w) * channels;
+  region->x = decoded_x;
+  region->w = decoded_w;
+  const size_t row_bytes = static_cast<size_t>(decoded_w) * channels;
   *pixels = UninitBuffer(row_bytes * region->h);
-  // Rows go straight into `pixels` when nothing is trimmed or converted, else through a buffer.
-  const bool direct = !cmyk && decoded_w == region->w;
-  if (!direct) row_buffer->resize(static_cast<size_t>(decoded_w) * (cmyk ? 4 : channels));
+  if (cmyk) cmyk_row->resize(static_cast<size_t>(decoded_w) * 4);
   while (region->rows < region->h) {
     uint8_t* dst = pixels->data() + row_bytes * region->rows;
-    JSAMPROW row = direct ? dst : row_buffer->data();
+    JSAMPROW row = cmyk ? cmyk_row->data() : dst;
     if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
-    if (cmyk) {
-      CmykRow(row_buffer->data() + static_cast<size_t>(skip) * 4, region->w,
-              cinfo->saw_Adobe_marker, channels, dst);
-    } else if (!direct) {
-      std::memcpy(dst, row_buffer->data() + static_cast<size_t>(skip) * channels, row_bytes);
-    }
+    if (cmyk) CmykRow(cmyk_row->data(), decoded_w, cinfo->saw_Adobe_marker, channels, dst);
     ++region->rows;
   }
 }
@@ -284,7 +279,7 @@ absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, 
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
   UninitBuffer pixels;
-  std::vector<uint8_t> row_buffer;
+  std::vector<uint8_t> cmyk_row;
   cinfo.err = jpeg_std_error(&errors.manager);
   errors.manager.error_exit = OnJpegError;
   errors.manager.emit_message = OnJpegMessage;
@@ -296,7 +291,7 @@ absl::StatusOr<DecodedRegion> DecodeJpegImpl(const Buffer& bytes, int channels, 
                bytes.size(), " bytes)"));
   }
   jpeg_create_decompress(&cinfo);
-  ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &row_buffer);
+  ReadJpeg(&cinfo, bytes, channels, scale_num, scale_denom, &region, &pixels, &cmyk_row);
   jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
   jpeg_destroy_decompress(&cinfo);
   if (region.rows < region.h) {
@@ -360,24 +355,38 @@ namespace {
 
 // One source row resized horizontally: out[i] = a * (256 - wx) + b * wx for the two source values
 // of output value i (at most 255 * 256, so uint16). Equal to a * 256 + (b - a) * wx.
-void ResizeRowH(const uint8_t* row, const int* x0s, const int* x1s, const int* wxs, int out_w,
-                int c, uint16_t* out) {
+// For 3 channels, the first `simd_count` output pixels (those whose two source pixels are
+// neighbours and can be read as 8 bytes within the row) go through SSE2: the 6 bytes of a and b
+// widened to 16 bits, times (wa, wa, wa, wb, wb, wb) in one multiply (each product and the sum fit
+// 16 bits, so the low half is exact), the b half added onto the a half, 4 values stored of which
+// the 4th is overwritten by the next pixel (so `out` has one value of room at its end).
+struct HorizontalPlan {
+  std::vector<int> x0s, x1s, wxs;  // byte offsets of a and b in the row, and wx, per output pixel
+  std::vector<int16_t> weights;    // (wa, wa, wa, wb, wb, wb, 0, 0) per output pixel, 3 channels
+  int simd_count = 0;
+};
+
+void ResizeRowH(const uint8_t* row, const HorizontalPlan& plan, int out_w, int c, uint16_t* out) {
+  int ox = 0;
+#ifdef __SSE2__
   if (c == 3) {
-    for (int ox = 0; ox < out_w; ++ox, out += 3) {
-      const uint8_t* a = row + x0s[ox];
-      const uint8_t* b = row + x1s[ox];
-      const int wb = wxs[ox], wa = 256 - wb;
-      out[0] = static_cast<uint16_t>(a[0] * wa + b[0] * wb);
-      out[1] = static_cast<uint16_t>(a[1] * wa + b[1] * wb);
-      out[2] = static_cast<uint16_t>(a[2] * wa + b[2] * wb);
+    const __m128i zero = _mm_setzero_si128();
+    for (; ox < plan.simd_count; ++ox) {
+      const __m128i pixels = _mm_unpacklo_epi8(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + plan.x0s[ox])), zero);
+      const __m128i weights =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(plan.weights.data() + 8 * ox));
+      const __m128i products = _mm_mullo_epi16(pixels, weights);
+      const __m128i sums = _mm_add_epi16(products, _mm_srli_si128(products, 6));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 3 * ox), sums);
     }
-    return;
   }
-  for (int ox = 0; ox < out_w; ++ox) {
-    const uint8_t* a = row + x0s[ox];
-    const uint8_t* b = row + x1s[ox];
-    const int wb = wxs[ox], wa = 256 - wb;
-    for (int k = 0; k < c; ++k) *out++ = static_cast<uint16_t>(a[k] * wa + b[k] * wb);
+#endif
+  for (; ox < out_w; ++ox) {
+    const uint8_t* a = row + plan.x0s[ox];
+    const uint8_t* b = row + plan.x1s[ox];
+    const int wb = plan.wxs[ox], wa = 256 - wb;
+    for (int k = 0; k < c; ++k) out[ox * c + k] = static_cast<uint16_t>(a[k] * wa + b[k] * wb);
   }
 }
 
@@ -424,25 +433,39 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
   const double sx = w / out_w, sy = h / out_h;
   constexpr int kOne = 256;  // weights in [0, 256]
   const size_t n = static_cast<size_t>(out_w) * c;
-  std::vector<int> x0s(out_w), x1s(out_w), wxs(out_w);
+  HorizontalPlan plan;
+  plan.x0s.resize(out_w), plan.x1s.resize(out_w), plan.wxs.resize(out_w);
   for (int ox = 0; ox < out_w; ++ox) {
     double fx = std::clamp(x + (ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(iw - 1));
     int x0 = static_cast<int>(fx);
-    x0s[ox] = x0 * c;
-    x1s[ox] = std::min(x0 + 1, iw - 1) * c;
-    wxs[ox] = static_cast<int>(std::lround((fx - x0) * kOne));
+    plan.x0s[ox] = x0 * c;
+    plan.x1s[ox] = std::min(x0 + 1, iw - 1) * c;
+    plan.wxs[ox] = static_cast<int>(std::lround((fx - x0) * kOne));
   }
-  std::vector<uint16_t> rows(2 * n);
+#ifdef __SSE2__
+  if (c == 3) {
+    plan.weights.resize(static_cast<size_t>(out_w) * 8);
+    const int row_bytes = iw * c;
+    while (plan.simd_count < out_w && plan.x1s[plan.simd_count] == plan.x0s[plan.simd_count] + 3 &&
+           plan.x0s[plan.simd_count] + 8 <= row_bytes) {
+      const int ox = plan.simd_count++;
+      const auto wb = static_cast<int16_t>(plan.wxs[ox]), wa = static_cast<int16_t>(kOne - wb);
+      const int16_t lanes[8] = {wa, wa, wa, wb, wb, wb, 0, 0};
+      std::memcpy(plan.weights.data() + 8 * ox, lanes, sizeof(lanes));
+    }
+  }
+#endif
+  const size_t stride = n + 4;  // room for ResizeRowH's 4th value
+  std::vector<uint16_t> rows(2 * stride);
   int held[2] = {-1, -1};  // the source row in each half of `rows`
   // The horizontally resized source row `r`, computed unless held; never evicts row `keep`.
   auto resized = [&](int r, int keep) -> const uint16_t* {
     for (int s = 0; s < 2; ++s)
-      if (held[s] == r) return rows.data() + s * n;
+      if (held[s] == r) return rows.data() + s * stride;
     const int s = held[0] == keep ? 1 : 0;
-    ResizeRowH(src + static_cast<size_t>(r) * iw * c, x0s.data(), x1s.data(), wxs.data(), out_w, c,
-               rows.data() + s * n);
+    ResizeRowH(src + static_cast<size_t>(r) * iw * c, plan, out_w, c, rows.data() + s * stride);
     held[s] = r;
-    return rows.data() + s * n;
+    return rows.data() + s * stride;
   };
   for (int oy = 0; oy < out_h; ++oy) {
     double fy = std::clamp(y + (oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(ih - 1));

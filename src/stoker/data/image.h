@@ -40,14 +40,16 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
 // Decodes only the region [x, x + w) x [y, y + h) of a JPEG (coordinates in the image scaled by
 // 1/scale_denom, scale_denom in {1, 2, 4, 8}; the region is clamped to the image): rows above are
 // skipped without colour conversion, rows below are not decoded, and only the iMCU columns around
-// the region are (with one iMCU of margin each side, so chroma upsampling sees the neighbours it
-// sees in the full image). Every pixel returned equals the full decode's at the same scale, bit for
-// bit. Damage in the rows read is an error as for DecodeImage; damage below the region is not
-// read, so not seen.
+// the region are, with one iMCU of margin each side so that chroma upsampling sees the neighbours
+// it sees in the full image. Returns rows y to y + h of those columns: the region and the margin
+// (the image starts at column x or left of it, and may end right of x + w). Every pixel inside
+// [x, x + w) equals the full decode's at the same scale, bit for bit; the outermost pixels of the
+// margin may not. Damage in the rows read is an error as for DecodeImage; damage below the region
+// is not read, so not seen.
 struct DecodedRegion {
   Tensor image;  // uint8 [rows, columns, channels]
-  int x = 0;     // column of image's first pixel in the scaled image (x, clamped)
-  int y = 0;     // row of image's first pixel in the scaled image (y, clamped)
+  int x = 0;     // column of image's first pixel in the scaled image (<= x asked)
+  int y = 0;     // row of image's first pixel in the scaled image (y asked, clamped)
 };
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels, int scale_denom,
                                                int x, int y, int w, int h);

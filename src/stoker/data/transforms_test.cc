@@ -404,11 +404,14 @@ TEST(DecodeJpegRegion, EqualsFullDecodeBitForBit) {
             const std::string where = StrCat(kind.subsampling, progressive ? " progressive" : "",
                                              " ", w, "x", h, " to ", channels, " channels at 1/",
                                              denom, ", region ", rx, ",", ry, " ", rw, "x", rh);
-            ASSERT_EQ(region->x, rx) << where;
+            ASSERT_LE(region->x, rx) << where;
             ASSERT_EQ(region->y, ry) << where;
-            ASSERT_EQ(region->image.shape, (std::vector<int64_t>{rh, rw, channels})) << where;
+            const int64_t got_w = region->image.shape[1];
+            ASSERT_EQ(region->image.shape, (std::vector<int64_t>{rh, got_w, channels})) << where;
+            ASSERT_GE(region->x + got_w, rx + rw) << where;
             for (int y = 0; y < rh; ++y) {
-              const uint8_t* got = region->image.values<uint8_t>() + size_t(y) * rw * channels;
+              const uint8_t* got = region->image.values<uint8_t>() +
+                                   (size_t(y) * got_w + (rx - region->x)) * channels;
               const uint8_t* want = full->values<uint8_t>() + (size_t(ry + y) * fw + rx) * channels;
               ASSERT_EQ(std::memcmp(got, want, size_t(rw) * channels), 0)
                   << where << ": row " << y << " differs";
