@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of `stoker run` (separate processes, as a user runs it): a generated JPEG folder
 # converted to shards; the README's example spec; --print-keys shows each key exactly once
-# per epoch; fused image ops give the bytes of the ops one by one (--digest); the same seed gives the same order at 1 and 2 threads; --checkpoint / --resume in a new
+# per epoch; fused image ops give the bytes of the ops one by one (--digest); region decoding gives
+# the bytes of a whole-image decode (--digest, "dct_scale": false); the same seed gives the same order at 1 and 2 threads; --checkpoint / --resume in a new
 # process deliver exactly the rest of the epoch; a WebDataset tar stream; a bad spec's error.
 # Usage: run_cli_test.sh STOKER MAKE_TEST_IMAGES
 set -euo pipefail
@@ -61,6 +62,26 @@ for normalize in '"layout": "CHW"' '"layout": "CHW", "dtype": "uint8"'; do
   "$stoker" run "$(unfused "$work/variant.json")" --epochs 2 --digest >"$work/plain" 2>/dev/null
   cmp -s "$work/fused" "$work/plain" || fail "fused image ops differ with $normalize"
 done
+
+# Region decoding: the fused decode_image + random_resized_crop decodes only the crop's window of
+# each JPEG, and gives the bytes of decoding the whole image and cropping it ("dct_scale": false),
+# for the same seed (docs/pipeline.md, "Region decoding"). Photo-like images of odd size, an
+# output too large for a reduced DCT scale, 3 epochs (other windows each epoch), 2 threads.
+"$make_images" "$work/photos" --classes 2 --per-class 24 --width 161 --height 119 --style photo
+"$stoker" convert "$work/photos" "$work/photo_shards" >/dev/null 2>&1
+sed -e "s|$work/shards/|$work/photo_shards/|" -e 's/"size": \[32, 32\]}/"size": [96, 96]}/' \
+  "$work/spec.json" >"$work/region.json"
+sed -e 's/"size": \[96, 96\]}/"size": [96, 96], "dct_scale": false}/' "$work/region.json" >"$work/whole.json"
+grep -q '"dct_scale": false' "$work/whole.json" || fail "whole-decode spec not written"
+grep -q 'photo_shards' "$work/region.json" || fail "region spec not written"
+for spec in region whole; do
+  "$stoker" run "$work/$spec.json" --epochs 3 --threads 2 --digest >"$work/$spec.digest" 2>/dev/null
+  grep -q "^sha256 [0-9a-f]\{64\}$" "$work/$spec.digest" || fail "no digest for $spec"
+done
+cmp -s "$work/region.digest" "$work/whole.digest" ||
+  fail "region decoding gives other bytes than decoding the whole image and cropping"
+"$stoker" run "$(unfused "$work/region.json")" --epochs 3 --digest >"$work/region_plain.digest" 2>/dev/null
+cmp -s "$work/region.digest" "$work/region_plain.digest" || fail "region decoding differs unfused"
 
 # Checkpoint after 3 batches, resume in a new process: the union is exactly one epoch, in order.
 "$stoker" run "$work/spec.json" --max-elements 3 --checkpoint "$work/token" --print-keys >"$work/a" 2>/dev/null
