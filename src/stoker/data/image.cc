@@ -246,9 +246,14 @@ void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, 
   region->y = std::clamp(region->y, 0, full_h - 1);
   region->w = std::clamp(region->w, 1, full_w - region->x);
   region->h = std::clamp(region->h, 1, full_h - region->y);
+  // A progressive JPEG is decoded whole, rows above the region read and dropped: its entropy
+  // decode is done for the whole image by jpeg_start_decompress anyway, and when its scans leave
+  // coefficients unrefined, libjpeg smooths each block with its neighbours' DC values, which a
+  // cropped or skipped decode does not reproduce (image_fuzzer found one).
+  const bool whole = cinfo->progressive_mode;
   // The columns decoded: the region widened by one iMCU each side, then to whole iMCUs.
   int decoded_x = 0, decoded_w = full_w;
-  if (region->x > 0 || region->w < full_w) {
+  if (!whole && (region->x > 0 || region->w < full_w)) {
     const int imcu = cinfo->max_h_samp_factor * cinfo->min_DCT_scaled_size;
     const int left = std::max(0, region->x - imcu);
     const int right = std::min(full_w, region->x + region->w + imcu);
@@ -258,7 +263,14 @@ void ReadJpeg(jpeg_decompress_struct* cinfo, const Buffer& bytes, int channels, 
     decoded_x = static_cast<int>(x_offset);
     decoded_w = static_cast<int>(width);
   }
-  if (region->y > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
+  if (region->y > 0 && !whole) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region->y));
+  if (region->y > 0 && whole) {
+    cmyk_row->resize(static_cast<size_t>(full_w) * 4);  // room for any output row
+    for (int r = 0; r < region->y; ++r) {
+      JSAMPROW row = cmyk_row->data();
+      if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;  // the loop below sees the end
+    }
+  }
   region->x = decoded_x;
   region->w = decoded_w;
   const size_t row_bytes = static_cast<size_t>(decoded_w) * channels;
@@ -422,24 +434,30 @@ void BlendRowsV(const uint16_t* top, const uint16_t* bottom, int wy, size_t n, u
 // Bilinear in 8-bit fixed point, separable: each source row that an output row needs is resized
 // horizontally once (two kept at a time: consecutive output rows share them), then pairs of them
 // are blended. The result is that of the direct form, top = a * 256 + (b - a) * wx, bottom alike,
-// v = top * 256 + (bottom - top) * wy, out = (v + 32768) >> 16, bit for bit.
-Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
-                  int out_w) {
-  const int ih = static_cast<int>(image.shape[0]), iw = static_cast<int>(image.shape[1]);
-  const int c = static_cast<int>(image.shape[2]);
-  const uint8_t* src = image.values<uint8_t>();
+// v = top * 256 + (bottom - top) * wy, out = (v + 32768) >> 16, bit for bit. Sample positions and
+// weights are computed in the whole image's coordinates (the same floating-point expressions as
+// for the whole image), then moved by the part's integer origin.
+Tensor CropResizeWithin(const Tensor& part, int origin_x, int origin_y, int full_w, int full_h,
+                        double x, double y, double w, double h, int out_h, int out_w) {
+  const int ih = static_cast<int>(part.shape[0]), iw = static_cast<int>(part.shape[1]);
+  const int c = static_cast<int>(part.shape[2]);
+  const uint8_t* src = part.values<uint8_t>();
   UninitBuffer out(static_cast<size_t>(out_h) * out_w * c);
   uint8_t* dst = out.data();
   const double sx = w / out_w, sy = h / out_h;
   constexpr int kOne = 256;  // weights in [0, 256]
   const size_t n = static_cast<size_t>(out_w) * c;
+  // A column or row of the whole image, in the part (clamped: a part that holds every pixel read
+  // is never clamped).
+  auto column = [&](int fx) { return std::clamp(fx - origin_x, 0, iw - 1); };
+  auto row = [&](int fy) { return std::clamp(fy - origin_y, 0, ih - 1); };
   HorizontalPlan plan;
   plan.x0s.resize(out_w), plan.x1s.resize(out_w), plan.wxs.resize(out_w);
   for (int ox = 0; ox < out_w; ++ox) {
-    double fx = std::clamp(x + (ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(iw - 1));
+    double fx = std::clamp(x + (ox + 0.5) * sx - 0.5, 0.0, static_cast<double>(full_w - 1));
     int x0 = static_cast<int>(fx);
-    plan.x0s[ox] = x0 * c;
-    plan.x1s[ox] = std::min(x0 + 1, iw - 1) * c;
+    plan.x0s[ox] = column(x0) * c;
+    plan.x1s[ox] = column(std::min(x0 + 1, full_w - 1)) * c;
     plan.wxs[ox] = static_cast<int>(std::lround((fx - x0) * kOne));
   }
 #ifdef __SSE2__
@@ -457,8 +475,8 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
 #endif
   const size_t stride = n + 4;  // room for ResizeRowH's 4th value
   std::vector<uint16_t> rows(2 * stride);
-  int held[2] = {-1, -1};  // the source row in each half of `rows`
-  // The horizontally resized source row `r`, computed unless held; never evicts row `keep`.
+  int held[2] = {-1, -1};  // the part's row in each half of `rows`
+  // The horizontally resized row `r` of the part, computed unless held; never evicts row `keep`.
   auto resized = [&](int r, int keep) -> const uint16_t* {
     for (int s = 0; s < 2; ++s)
       if (held[s] == r) return rows.data() + s * stride;
@@ -468,15 +486,21 @@ Tensor CropResize(const Tensor& image, double x, double y, double w, double h, i
     return rows.data() + s * stride;
   };
   for (int oy = 0; oy < out_h; ++oy) {
-    double fy = std::clamp(y + (oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(ih - 1));
+    double fy = std::clamp(y + (oy + 0.5) * sy - 0.5, 0.0, static_cast<double>(full_h - 1));
     int y0 = static_cast<int>(fy);
-    int y1 = std::min(y0 + 1, ih - 1);
+    const int r0 = row(y0), r1 = row(std::min(y0 + 1, full_h - 1));
     const int wy = static_cast<int>(std::lround((fy - y0) * kOne));
-    const uint16_t* top = resized(y0, y1);
-    const uint16_t* bottom = resized(y1, y0);
+    const uint16_t* top = resized(r0, r1);
+    const uint16_t* bottom = resized(r1, r0);
     BlendRowsV(top, bottom, wy, n, dst + static_cast<size_t>(oy) * n);
   }
   return Tensor{DType::kUint8, {out_h, out_w, c}, std::move(out).Finish()};
+}
+
+Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
+                  int out_w) {
+  return CropResizeWithin(image, 0, 0, static_cast<int>(image.shape[1]),
+                          static_cast<int>(image.shape[0]), x, y, w, h, out_h, out_w);
 }
 
 Tensor Crop(const Tensor& image, int x, int y, int w, int h) {

@@ -44,8 +44,10 @@ absl::StatusOr<Tensor> DecodeImage(const Buffer& bytes, int channels, int scale_
 // it sees in the full image. Returns rows y to y + h of those columns: the region and the margin
 // (the image starts at column x or left of it, and may end right of x + w). Every pixel inside
 // [x, x + w) equals the full decode's at the same scale, bit for bit; the outermost pixels of the
-// margin may not. Damage in the rows read is an error as for DecodeImage; damage below the region
-// is not read, so not seen.
+// margin may not. A progressive JPEG is decoded whole up to the region's last row (its entropy
+// decode covers the whole image anyway, and libjpeg's block smoothing of incompletely refined
+// coefficients reads neighbouring blocks). Damage in the rows read is an error as for
+// DecodeImage; damage below the region is not read, so not seen.
 struct DecodedRegion {
   Tensor image;  // uint8 [rows, columns, channels]
   int x = 0;     // column of image's first pixel in the scaled image (<= x asked)
@@ -58,6 +60,12 @@ absl::StatusOr<DecodedRegion> DecodeJpegRegion(const Buffer& bytes, int channels
 // resizes it to out_h x out_w with bilinear interpolation (pixel centers aligned).
 Tensor CropResize(const Tensor& image, double x, double y, double w, double h, int out_h,
                   int out_w);
+// CropResize of a part of a larger image: `part` holds the pixels of a full_w x full_h image from
+// (origin_x, origin_y) on (a region decode), and (x, y, w, h) is in the larger image's coordinates.
+// The result is bit for bit CropResize of the larger image, as long as `part` holds every pixel
+// that reads: the rectangle and one pixel more on each side, where the larger image has them.
+Tensor CropResizeWithin(const Tensor& part, int origin_x, int origin_y, int full_w, int full_h,
+                        double x, double y, double w, double h, int out_h, int out_w);
 // Exact integer crop (no interpolation).
 Tensor Crop(const Tensor& image, int x, int y, int w, int h);
 

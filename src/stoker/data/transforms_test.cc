@@ -163,6 +163,40 @@ TEST(CropResize, SeparableEqualsDirectForm) {
   }
 }
 
+// CropResizeWithin on a part holding the rectangle plus one pixel each side gives the bytes of
+// CropResize on the whole image, for integer and fractional rectangles and output sizes such as
+// 256 (whose sample positions can fall exactly half way between two weights).
+TEST(CropResize, WithinAPartEqualsTheWholeImage) {
+  std::srand(26);
+  auto uniform = [] { return std::rand() / (RAND_MAX + 1.0); };
+  for (int round = 0; round < 300; ++round) {
+    const int c = round % 3 == 2 ? 1 : 3;
+    const int ih = 2 + std::rand() % 300, iw = 2 + std::rand() % 300;
+    MutableBuffer pixels(static_cast<size_t>(ih) * iw * c);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels.data()[i] = static_cast<uint8_t>(std::rand());
+    Tensor image{DType::kUint8, {ih, iw, c}, std::move(pixels).Finish()};
+    double w = 1 + std::rand() % iw, h = 1 + std::rand() % ih;
+    double x = std::rand() % static_cast<int>(iw - w + 1),
+           y = std::rand() % static_cast<int>(ih - h + 1);
+    if (round % 2 == 1) {  // fractional, as at a reduced DCT scale
+      w = std::max(0.5, w * uniform()), h = std::max(0.5, h * uniform());
+      x = uniform() * (iw - w), y = uniform() * (ih - h);
+    }
+    const int sizes[] = {256, 224, 1 + std::rand() % 300};
+    const int out_w = sizes[round % 3], out_h = sizes[(round + 1) % 3];
+    const int x0 = std::max(0, static_cast<int>(std::floor(x)) - 1);
+    const int y0 = std::max(0, static_cast<int>(std::floor(y)) - 1);
+    const int x1 = std::min(iw, static_cast<int>(std::ceil(x + w)) + 1);
+    const int y1 = std::min(ih, static_cast<int>(std::ceil(y + h)) + 1);
+    Tensor part = Crop(image, x0, y0, x1 - x0, y1 - y0);
+    Tensor a = CropResizeWithin(part, x0, y0, iw, ih, x, y, w, h, out_h, out_w);
+    Tensor b = CropResize(image, x, y, w, h, out_h, out_w);
+    ASSERT_EQ(a.data.view(), b.data.view())
+        << ih << "x" << iw << "x" << c << " crop " << x << "," << y << " " << w << "x" << h
+        << " to " << out_h << "x" << out_w;
+  }
+}
+
 TEST(RandomResizedCrop, OutputSizeReproducibleAndDctScaled) {
   RegisterImages();
   json ops = {{{"op", "decode_image"}, {"field", "jpg"}},

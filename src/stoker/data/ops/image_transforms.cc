@@ -200,10 +200,10 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     int need_w = static_cast<int>(std::ceil(out_w * full->width / r.w));
     int need_h = static_cast<int>(std::ceil(out_h * full->height / r.h));
     const int denom = PickJpegScale(*full, need_w, need_h).second;  // numerator is 1
-    // Decode only the crop at that scale, plus one pixel each side: the bilinear interpolation
-    // reads up to half a pixel beyond the crop, and CropResize clamps at the edges of what it is
-    // given, which must then be the image's own edges or pixels it does not read. So the result
-    // is bit for bit that of the whole image decoded at this scale, then cropped and resized.
+    // Decode only the crop at that scale, plus one pixel each side (the bilinear interpolation
+    // reads up to half a pixel beyond the crop), and resize it in the whole image's coordinates:
+    // the result is bit for bit that of the whole image decoded at this scale, cropped and
+    // resized.
     const int scaled_w = (full->width + denom - 1) / denom;
     const int scaled_h = (full->height + denom - 1) / denom;
     const double fx = static_cast<double>(scaled_w) / full->width;
@@ -214,8 +214,8 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
     const int y1 = std::min(scaled_h, static_cast<int>(std::ceil((r.y + r.h) * fy)) + 1);
     ASSIGN_OR_RETURN(DecodedRegion region,
                      DecodeJpegRegion(bytes.data, channels_, denom, x0, y0, x1 - x0, y1 - y0));
-    return CropResize(region.image, r.x * fx - region.x, r.y * fy - region.y, r.w * fx, r.h * fy,
-                      out_h, out_w);
+    return CropResizeWithin(region.image, region.x, region.y, scaled_w, scaled_h, r.x * fx,
+                            r.y * fy, r.w * fx, r.h * fy, out_h, out_w);
   }
 
  private:
