@@ -189,7 +189,8 @@ class DecodeRandomResizedCrop : public DecodeImageOp {
   absl::StatusOr<Tensor> Decode(const Tensor& bytes, Rng& rng) const override {
     auto [out_h, out_w] = crop_.size();
     std::optional<ImageSize> full = JpegSize(bytes.data);
-    if (!full || !crop_.dct_scale()) {
+    // A header without a size (a damaged file) goes the whole decode's way, to its error.
+    if (!full || full->width <= 0 || full->height <= 0 || !crop_.dct_scale()) {
       ASSIGN_OR_RETURN(Tensor image, DecodeImage(bytes.data, channels_));
       Rect r =
           crop_.PickRect(static_cast<int>(image.shape[1]), static_cast<int>(image.shape[0]), rng);
