@@ -30,6 +30,18 @@ SAMPLES = 1500
 NEEDED = 3
 
 
+def scale_down_to_one(http, derr, job):
+    """Waits until the target and the registered workers are 1 and every worker started but the
+    first has drained and exited 0; returns the pids of the workers started so far."""
+    wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
+             metric(http, "stoker_dispatcher_workers") == 1, f"the scale-down after {job}", 30)
+    pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
+    wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
+                                    read(derr))) == len(pids) - 1,
+             f"the drained workers of {job} to exit", 20)
+    return pids
+
+
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
@@ -112,12 +124,7 @@ def main():
             fail(f"the first decision was not a growth: {ups}")
 
         # Demand ended: back to the minimum, the extra workers drained.
-        wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
-                 metric(http, "stoker_dispatcher_workers") == 1, "the scale-down to 1 worker", 30)
-        pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
-        wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
-                                        read(derr))) == len(pids) - 1,
-                 "the drained workers to exit", 20)
+        pids = scale_down_to_one(http, derr, "the first job")
 
         # The same script again: the dispatcher remembers what the pipeline needed, so the
         # second job's workers are asked for when its consumer registers, before any measure.
@@ -133,12 +140,7 @@ def main():
         if not later or later[0][:2] != ("1", str(NEEDED)) or \
                 f"needed {NEEDED} workers when last read" not in later[0][2]:
             fail(f"the second job did not start from the remembered need: {later}\n{read(derr)}")
-        wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
-                 metric(http, "stoker_dispatcher_workers") == 1, "the second scale-down", 30)
-        pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
-        wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
-                                        read(derr))) == len(pids) - 1,
-                 "the drained workers of the second job to exit", 20)
+        pids = scale_down_to_one(http, derr, "the second job")
     finally:
         if consumer is not None and consumer.poll() is None:
             consumer.kill()
