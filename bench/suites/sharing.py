@@ -85,10 +85,12 @@ dispatcher and 2 workers, fresh per run; medians of {RUNS} runs.
 {rows}
 
 Batches recomputed for trainers behind a worker's window (cache runs): {", ".join(str(r[2]) for r in results["cache"])}.
-The workers' CPU includes handing each trainer its copy of every batch (a 32 x 3 x 224 x 224
-float32 batch is 19 MB, so 4 trainers cost 4 copies per batch in both modes; the trainers run on
-the workers' host, so each copy goes into that trainer's shared-memory ring, not a socket): what
-the cache saves is the decoding and cropping of 3 of the 4 copies.
+The trainers run on the workers' host, so batches reach them through shared memory, not a socket.
+The workers' CPU includes placing each batch there (a 32 x 3 x 224 x 224 float32 batch is 19 MB):
+the separate jobs copy every batch into each trainer's own segment (4 copies, and the page faults
+of 4 fresh segments); the cross-trainer job places it once, in the one segment of its trainers,
+and hands each trainer a reference to that copy. What the cache saves is the decoding and cropping
+of 3 of the 4 batches and 3 of the 4 copies.
 
 Worker CPU with the cross-trainer cache: **{ratio:.2f}x** that of the separate jobs (goal <= 0.35x:
 {"met" if ratio <= 0.35 else "not met"}).

@@ -235,6 +235,43 @@ def test_cli_trainers_and_their_report(photo_shards, stoker_bin, tmp_path):
         assert bad.returncode != 0 and b"trainer_id" in bad.stderr
 
 
+def test_trainers_on_the_workers_host_share_one_copy_and_a_killed_one_changes_nothing(
+        photo_shards, stoker_bin, tmp_path):
+    """Three trainers on the worker's host (docs/protocol.md, "Shared memory"): the worker copies
+    each batch into shared memory once and hands the others a reference to it. One trainer killed
+    with kill -9 is removed by the dispatcher; the worker gives the other two a new segment (the
+    dead one's references are never released) and they go on sharing, every element's bytes those
+    of the in-process epoch."""
+    spec = crop_spec(photo_shards)
+    local = local_epoch(spec)
+    with Cluster(stoker_bin, tmp_path / "cluster", client_timeout_ms=1000) as cluster:
+        port = add_worker(cluster, "--threads", "1")
+        assert cluster.wait_for_log(r"worker 1 (joined )?at ", 20), cluster.log()
+        folder = str(tmp_path / "trainers")
+        procs, outs = start_trainers(cluster, spec, [0.1, 0.1, 0.1], "recompute", folder)
+        go(folder)
+        wait_until_read(outs[2], 5)
+        procs[2].kill()
+        procs[2].wait()
+        worker_log = os.path.join(cluster.dir, "worker0.log")
+        deadline = time.monotonic() + 20
+        while "no longer reads its trainers' shared-memory segment" not in open(worker_log).read():
+            assert time.monotonic() < deadline, open(worker_log).read()
+            time.sleep(0.1)  # polling the worker's log
+        shared_at_removal = metric(port, "stoker_worker_shm_shared_elements_total")
+        read_at_removal = read_so_far(outs[0])
+        assert read_at_removal < len(local) - 10, "the epoch ended before the removal"
+        results = finish_trainers(procs[:2], outs[:2])
+        for i, (got, stats) in enumerate(results):
+            assert_whole_epoch(got, local, f"trainer {i}")
+            assert stats["shm_elements"] == len(local), stats
+        assert shared_at_removal >= 5, shared_at_removal
+        # After the removal, the two left still share each copy (one of them gets a reference).
+        shared = metric(port, "stoker_worker_shm_shared_elements_total")
+        assert shared - shared_at_removal >= (len(local) - read_at_removal) // 2, (
+            shared_at_removal, shared, read_at_removal)
+
+
 # Under `skip` the window holds the whole epoch, so no trainer falls behind it: a failure must
 # still lose nothing (what `skip` gives up is only what falls out of the window).
 FAILURE_POLICIES = pytest.mark.parametrize("policy,window", [("recompute", "1M"), ("skip", "64M")])
@@ -314,8 +351,11 @@ def test_a_restarted_dispatcher_leases_a_dead_workers_splits_again(photo_shards,
     spec = crop_spec(photo_shards)
     local = local_epoch(spec)
     with Cluster(stoker_bin, tmp_path / "cluster", worker_timeout_ms=1000) as cluster:
+        # A buffer of about five elements: neither worker runs far ahead of the trainers, so each
+        # still has a split they have not all read when the first is killed (a worker that had
+        # produced and delivered all of its splits by then would leave nothing to lease again).
         for _ in range(2):
-            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M")
+            add_worker(cluster, "--threads", "1", "--cache-bytes", "1M", "--buffer-bytes", "1M")
         assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
         folder = str(tmp_path / "trainers")
         procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)

@@ -295,7 +295,9 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
       ->check(CLI::NonNegativeNumber);
   w->add_option("--shm-bytes", worker_options.shm_bytes,
                 "shared memory per consumer on this host: payloads go through a segment of this "
-                "size instead of the socket (default 256MiB; 0: off, every payload in the reply)");
+                "size instead of the socket (default 256MiB; 0: off, every payload in the reply); "
+                "a cross-trainer job's trainers share one segment of this size plus "
+                "--cache-bytes");
   w->add_option("--max-clients-per-job", worker_options.max_clients_per_job,
                 "most consumers of one job this worker keeps a stream for; one more is refused "
                 "(default 1024; 0: no limit)")

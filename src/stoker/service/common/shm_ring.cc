@@ -115,29 +115,81 @@ ShmSegment::~ShmSegment() {
   if (info_.fd >= 0) close(static_cast<int>(info_.fd));
 }
 
-std::optional<ShmRing::Slot> ShmSegment::Place(const std::vector<Buffer>& pieces, uint64_t size) {
-  std::optional<ShmRing::Slot> slot;
+std::optional<ShmSegment::Ref> ShmSegment::Place(const std::vector<Buffer>& pieces, uint64_t size,
+                                                 int64_t holder) {
+  Ref ref;
   {
     absl::MutexLock lock(&mu_);
-    slot = ring_.Allocate(size);
+    std::optional<ShmRing::Slot> slot = ring_.Allocate(size);
+    if (!slot) return std::nullopt;
+    ref = Ref{next_reference_++, slot->offset, slot->id};
+    stored_.emplace(slot->id, Stored{slot->offset, 1});
+    references_.emplace(ref.id, Held{slot->id, holder});
   }
-  if (!slot) return std::nullopt;
-  uint8_t* out = base_ + slot->offset;  // the slot is this caller's until it is released
+  // The slot is this caller's alone until it returns the reference (Share needs `stored`, and
+  // a consumer releases only what it was sent).
+  uint8_t* out = base_ + ref.offset;
   for (const Buffer& b : pieces) {
     if (b.size() > 0) std::memcpy(out, b.data(), b.size());
     out += b.size();
   }
-  return slot;
+  return ref;
 }
 
-void ShmSegment::Release(int64_t id) {
+std::optional<ShmSegment::Ref> ShmSegment::Share(int64_t stored, int64_t holder) {
   absl::MutexLock lock(&mu_);
-  ring_.Release(id);
+  auto it = stored_.find(stored);
+  if (it == stored_.end()) return std::nullopt;
+  ++it->second.references;
+  Ref ref{next_reference_++, it->second.offset, stored};
+  references_.emplace(ref.id, Held{stored, holder});
+  return ref;
+}
+
+void ShmSegment::Release(int64_t id, int64_t holder) {
+  absl::MutexLock lock(&mu_);
+  auto it = references_.find(id);
+  if (it == references_.end() || it->second.holder != holder) return;
+  auto stored = stored_.find(it->second.stored);
+  references_.erase(it);
+  if (--stored->second.references > 0) return;
+  ring_.Release(stored->first);
+  stored_.erase(stored);
 }
 
 size_t ShmSegment::live_slots() const {
   absl::MutexLock lock(&mu_);
   return ring_.live();
+}
+
+std::optional<ShmSegment::Ref> ShmSharedCopy::Get(const std::shared_ptr<ShmSegment>& segment,
+                                                  const std::vector<Buffer>& pieces, uint64_t size,
+                                                  int64_t holder, bool* shared) {
+  absl::MutexLock lock(&mu_);
+  if (shared != nullptr) *shared = false;
+  if (segment_ == segment) {
+    if (auto ref = segment->Share(stored_, holder)) {
+      if (shared != nullptr) *shared = true;
+      return ref;
+    }
+  } else if (segment_ != nullptr && keeper_ != 0) {
+    segment_->Release(keeper_, kKeeper);  // the job's segment was replaced
+  }
+  segment_.reset();
+  keeper_ = 0;
+  std::optional<ShmSegment::Ref> ref = segment->Place(pieces, size, holder);
+  if (!ref) return std::nullopt;
+  std::optional<ShmSegment::Ref> keeper = segment->Share(ref->stored, kKeeper);
+  segment_ = segment;
+  stored_ = ref->stored;
+  keeper_ = keeper ? keeper->id : 0;
+  return ref;
+}
+
+void ShmSharedCopy::Drop() {
+  absl::MutexLock lock(&mu_);
+  if (segment_ != nullptr && keeper_ != 0) segment_->Release(keeper_, kKeeper);
+  keeper_ = 0;
 }
 
 absl::StatusOr<std::shared_ptr<ShmMapping>> ShmMapping::Open(const ShmSegmentInfo& info) {

@@ -2,9 +2,12 @@
 // "Shared memory"). GetElements stays the control path (requests, acknowledgements, flow control,
 // exactly-once bookkeeping); only the payload bytes move through memory both processes map:
 //
-//   worker:   ShmSegment (a sealed memfd of fixed size, one per consumer and job) with a ShmRing of
-//             slots; Place copies an element's encoding into a free slot, and the response carries
-//             (slot id, offset, length) instead of the bytes.
+//   worker:   ShmSegment (a sealed memfd of fixed size: one per consumer and job, or one for every
+//             trainer of a cross-trainer job) with a ShmRing of slots; Place copies an element's
+//             encoding into a free slot, and the response carries (reference id, offset, length)
+//             instead of the bytes. Share hands another consumer a reference to bytes already
+//             placed (ShmSharedCopy: one copy of a cross-trainer job's element for all its
+//             trainers on this host); the bytes are reused once every reference is released.
 //   consumer: ShmMapping maps the segment read-only through /proc/<worker pid>/fd/<fd> (nothing
 //             is left in /dev/shm, and the pages live while either side maps them: a worker killed
 //             with SIGKILL takes nothing the consumer received with it). Slot() wraps a slot as a
@@ -12,14 +15,16 @@
 //             id is queued and the consumer's next request to that worker releases it.
 //
 // Every slot reference a consumer receives is released once, whether it delivers or drops the
-// element (the Buffer's destruction does it). Releasing an id twice, or an unknown one, is ignored,
-// so a request that failed may carry its releases again.
+// element (the Buffer's destruction does it). Releasing an id twice, an unknown one, or another
+// consumer's, is ignored, so a request that failed may carry its releases again.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <deque>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,28 +91,78 @@ struct ShmSegmentInfo {
 };
 
 // The worker's side: a memfd of a fixed size (sealed against growing and shrinking), mapped
-// read-write. Thread-safe.
+// read-write. Bytes placed in it are held by references, each of one holder (a consumer's client
+// id); a consumer releases each reference it received once. Thread-safe.
 class ShmSegment {
  public:
+  // One reference to bytes in the segment.
+  struct Ref {
+    int64_t id = 0;       // what the holder releases (the reply's shm_slot)
+    uint64_t offset = 0;  // where the bytes start
+    int64_t stored = 0;   // the copy itself, for Share
+  };
   // An error names the cause (memfd_create, ftruncate or mmap failed).
   static absl::StatusOr<std::shared_ptr<ShmSegment>> Create(uint64_t size);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  // Copies the concatenation of `pieces` (`size` bytes in all) into a free slot; nullopt when the
-  // ring has no room (the caller sends the bytes inline).
-  std::optional<ShmRing::Slot> Place(const std::vector<Buffer>& pieces, uint64_t size);
-  void Release(int64_t id);
+  // Copies the concatenation of `pieces` (`size` bytes in all) into a free slot, referenced once
+  // by `holder`; nullopt when the ring has no room (the caller sends the bytes inline).
+  std::optional<Ref> Place(const std::vector<Buffer>& pieces, uint64_t size, int64_t holder);
+  // Another reference, for `holder`, to the copy `stored` (a Ref::stored of a Place that has
+  // returned); nullopt once every reference to it was released (its space may be reused).
+  std::optional<Ref> Share(int64_t stored, int64_t holder);
+  // Drops reference `id` of `holder`; a copy's slot is reused once no reference to it is left.
+  // An unknown id, one released already, or another holder's, is ignored.
+  void Release(int64_t id, int64_t holder);
   const ShmSegmentInfo& info() const { return info_; }
-  size_t live_slots() const;
+  size_t live_slots() const;  // copies with a reference left
 
  private:
   explicit ShmSegment(uint64_t size) : ring_(size) { info_.fd = -1; }
+  struct Held {
+    int64_t stored;  // the ring's slot id
+    int64_t holder;
+  };
+  struct Stored {
+    uint64_t offset;
+    int64_t references;
+  };
   ShmSegmentInfo info_;
   uint8_t* base_ = nullptr;
   mutable absl::Mutex mu_;
   ShmRing ring_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Held> references_ ABSL_GUARDED_BY(mu_);  // by reference id
+  std::map<int64_t, Stored> stored_ ABSL_GUARDED_BY(mu_);    // by slot id
+  int64_t next_reference_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// One element's bytes placed once and referenced by every consumer that gets them (a
+// cross-trainer job's window element: all its trainers on the worker's host read one copy). The
+// first Get copies them into the segment and keeps a reference of its own, so that consumers that
+// ask later share the copy even after the earlier ones released theirs; Drop gives that reference
+// up (every trainer has the element), after which a Get copies again only if no consumer holds
+// the copy any more. Thread-safe; a Get that copies holds this object's lock for the copy, so a
+// second consumer waits for it rather than copying too.
+class ShmSharedCopy {
+ public:
+  // A reference for `holder` in `segment` (copying `pieces`, `size` bytes, if the copy there is
+  // gone or in another segment); nullopt when the segment has no room. `*shared` (if not null)
+  // says whether it refers to a copy made before.
+  std::optional<ShmSegment::Ref> Get(const std::shared_ptr<ShmSegment>& segment,
+                                     const std::vector<Buffer>& pieces, uint64_t size,
+                                     int64_t holder, bool* shared = nullptr);
+  void Drop();
+  ~ShmSharedCopy() { Drop(); }
+  // The holder of this object's own reference (no consumer's client id).
+  static constexpr int64_t kKeeper = std::numeric_limits<int64_t>::min();
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<ShmSegment> segment_ ABSL_GUARDED_BY(mu_);
+  int64_t stored_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t keeper_ ABSL_GUARDED_BY(mu_) = 0;  // this object's reference id (0: none)
 };
 
 // The consumer's side: a worker's segment mapped read-only. Thread-safe.

@@ -118,7 +118,7 @@ TEST(ShmSegment, ConsumerMapsWhatTheWorkerPlacedAndReleasesWhenDone) {
   const ShmSegmentInfo& info = (*segment)->info();
   EXPECT_EQ(info.pid, getpid());
   std::vector<Buffer> pieces = {Buffer::Copy("hello "), Buffer::Copy("shared memory")};
-  auto slot = (*segment)->Place(pieces, 19);
+  auto slot = (*segment)->Place(pieces, 19, 7);
   ASSERT_TRUE(slot);
   auto mapping = ShmMapping::Open(info);
   ASSERT_TRUE(mapping.ok()) << mapping.status();
@@ -134,10 +134,10 @@ TEST(ShmSegment, ConsumerMapsWhatTheWorkerPlacedAndReleasesWhenDone) {
   const std::vector<int64_t> released = (*mapping)->TakeReleased();
   ASSERT_EQ(released, std::vector<int64_t>{slot->id});
   EXPECT_EQ((*segment)->live_slots(), 1u);
-  (*segment)->Release(released[0]);
+  (*segment)->Release(released[0], 7);
   EXPECT_EQ((*segment)->live_slots(), 0u);
   // A slot the segment cannot hold is refused, as is a range outside it.
-  EXPECT_FALSE((*segment)->Place({Buffer::Copy(std::string(8192, 'x'))}, 8192));
+  EXPECT_FALSE((*segment)->Place({Buffer::Copy(std::string(8192, 'x'))}, 8192, 7));
   EXPECT_FALSE((*mapping)->Slot(1, 4000, 200).ok());
   // Another inode at that path (the segment was replaced): refused.
   ShmSegmentInfo wrong = info;
@@ -145,10 +145,69 @@ TEST(ShmSegment, ConsumerMapsWhatTheWorkerPlacedAndReleasesWhenDone) {
   EXPECT_FALSE(ShmMapping::Open(wrong).ok());
 }
 
+// A cross-trainer job's element: one copy in the segment, a reference for each trainer that gets
+// it; its slot is reused only once every reference (and the keeper's, until Drop) is released.
+TEST(ShmSegment, SharedCopyIsOneSlotUntilItsLastReferenceIsReleased) {
+  auto made = ShmSegment::Create(4096);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<ShmSegment> segment = *made;
+  const std::vector<Buffer> pieces = {Buffer::Copy("batch "), Buffer::Copy("bytes")};
+  auto copy = std::make_shared<ShmSharedCopy>();
+  bool shared = true;
+  auto a = copy->Get(segment, pieces, 11, /*holder=*/1, &shared);
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(shared);
+  auto b = copy->Get(segment, pieces, 11, /*holder=*/2, &shared);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(shared);
+  EXPECT_EQ(b->offset, a->offset);  // the same bytes, under another reference
+  EXPECT_NE(b->id, a->id);
+  EXPECT_EQ(segment->live_slots(), 1u);
+  auto mapping = ShmMapping::Open(segment->info());
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  auto bytes = (*mapping)->Slot(b->id, b->offset, 11);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(bytes->view(), "batch bytes");
+  segment->Release(a->id, /*holder=*/2);  // another holder's reference: ignored
+  segment->Release(a->id, 1);
+  segment->Release(a->id, 1);  // twice: ignored
+  segment->Release(b->id, 2);
+  EXPECT_EQ(segment->live_slots(), 1u);  // the keeper's reference
+  copy->Drop();
+  EXPECT_EQ(segment->live_slots(), 0u);
+  // Dropped and released by all: the next trainer gets a new copy, which a later one shares
+  // while it is held, even after Drop.
+  auto c = copy->Get(segment, pieces, 11, 3, &shared);
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(shared);
+  copy->Drop();
+  auto d = copy->Get(segment, pieces, 11, 4, &shared);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(shared);
+  EXPECT_EQ(d->offset, c->offset);
+  // The job's segment was replaced: a copy there; the old one is held only by 3 and 4 now.
+  auto replacement = ShmSegment::Create(4096);
+  ASSERT_TRUE(replacement.ok());
+  auto e = copy->Get(*replacement, pieces, 11, 5, &shared);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(shared);
+  segment->Release(c->id, 3);
+  EXPECT_EQ(segment->live_slots(), 1u);
+  segment->Release(d->id, 4);
+  EXPECT_EQ(segment->live_slots(), 0u);
+  copy.reset();  // the keeper's reference goes with the window's element
+  EXPECT_EQ((*replacement)->live_slots(), 1u);
+  (*replacement)->Release(e->id, 5);
+  EXPECT_EQ((*replacement)->live_slots(), 0u);
+  // A copy the segment has no room for is refused.
+  ShmSharedCopy large;
+  EXPECT_FALSE(large.Get(segment, {Buffer::Copy(std::string(8192, 'x'))}, 8192, 6));
+}
+
 TEST(ShmSegment, MappedBytesOutliveTheWorkersSegment) {
   auto segment = ShmSegment::Create(4096);
   ASSERT_TRUE(segment.ok());
-  auto slot = (*segment)->Place({Buffer::Copy("kept")}, 4);
+  auto slot = (*segment)->Place({Buffer::Copy("kept")}, 4, 7);
   ASSERT_TRUE(slot);
   auto mapping = ShmMapping::Open((*segment)->info());
   ASSERT_TRUE(mapping.ok());

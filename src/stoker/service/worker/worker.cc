@@ -336,7 +336,7 @@ void Worker::DropRemovedClients(Task* task, const stoker::service::Task& listed)
   }
   for (int64_t client : listed.removed_clients()) {
     if (!task->removed_clients.insert(client).second) continue;
-    task->shm.erase(client);
+    ForgetSharedMemory(task, client);
     if (task->num_consumers > 0) continue;  // by consumer index, below
     if (task->cross_trainer) {              // every trainer reads everything: nothing to give back
       task->trainers.erase(client);

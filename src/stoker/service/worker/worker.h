@@ -74,7 +74,8 @@ struct WorkerOptions {
   // Shared memory (docs/protocol.md): a consumer on this host (same boot id and namespaces) that
   // asks for it gets payloads through a segment of this many bytes, one per consumer and job,
   // instead of in the reply (--shm-bytes; 0: never). A full segment sends the bytes inline. A
-  // task makes at most max_clients_per_job segments; later consumers get the bytes inline.
+  // task makes at most max_clients_per_job segments; later consumers get the bytes inline. The
+  // trainers of a cross-trainer job share one segment of shm_bytes + cache_bytes.
   int64_t shm_bytes = int64_t{256} << 20;
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.
@@ -107,6 +108,9 @@ class Worker {
     // The element_codec encoding (empty: no payload). It shares the element's tensor buffers, so
     // a buffered element may keep a larger read buffer alive than its size says.
     EncodedElement payload;
+    // Cross-trainer cache: the element's one copy in the job's shared-memory segment, which
+    // every trainer on this host gets a reference to (null for other jobs' elements).
+    std::shared_ptr<ShmSharedCopy> shared;
   };
   // What one consumer reads from this worker's task: a stream of elements with indices
   // first_index, first_index + 1, ... (GetElements hands them out and drops those received).
@@ -122,7 +126,8 @@ class Worker {
   // recomputing (it fell behind the window).
   struct Trainer {
     std::string id;
-    int64_t cursor = 0;  // the next log index to hand out (guarded by the worker's mu_)
+    int64_t cursor = 0;    // the next log index to hand out (guarded by the worker's mu_)
+    int64_t received = 0;  // its requests' next_index: it holds every element below (mu_)
     // Held for the whole of one of this trainer's requests, so that recomputing (outside mu_)
     // is never done twice at once; guards the fields below.
     absl::Mutex fetch_mu;
@@ -171,6 +176,12 @@ class Worker {
     int64_t log_end = 0;
     int64_t fastest = 0;
     std::map<int64_t, std::shared_ptr<Trainer>> trainers;  // by client id
+    // The one segment of every trainer on this host (also in `shm` under each one's client id),
+    // made by the first; replaced when a trainer that used it is removed (its references can
+    // never be released). Window elements below `shm_kept_from` (every trainer here has
+    // received them) no longer keep their copy in it for trainers that ask later.
+    std::shared_ptr<ShmSegment> trainers_shm;
+    int64_t shm_kept_from = 0;
     Counter* cache_hits = nullptr;
     Counter* cache_misses = nullptr;
     Counter* cache_recomputed = nullptr;
@@ -233,15 +244,22 @@ class Worker {
   // and stoker_worker_sent_bytes_total of the request's job and client; end-of-split markers and
   // skipped places are not elements) and serializes it (elements_response.h): `out` in order,
   // the fields set in `fields` (null: none), and the end of the stream.
-  // With `shm`, each payload goes into a slot of it when one is free (else inline).
+  // With `shm`, each payload goes into a slot of it when one is free (else inline); an element
+  // with a `shared` copy there gets a reference to that copy.
   static grpc::ByteBuffer FinishResponse(const GetElementsRequest& req,
                                          const std::vector<Buffered>& out,
                                          const GetElementsResponse* fields, bool end_of_stream,
-                                         int64_t stream_end, ShmSegment* shm);
-  // The request's client's segment (made on its first request from this host), after applying
-  // its releases; null when the request does not ask for shared memory or it is off.
+                                         int64_t stream_end,
+                                         const std::shared_ptr<ShmSegment>& shm);
+  // The request's client's segment (made on its first request from this host; a cross-trainer
+  // job's trainers share one), after applying its releases; null when the request does not ask
+  // for shared memory or it is off.
   std::shared_ptr<ShmSegment> SharedMemoryFor(Task* task, const GetElementsRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `client`'s segment. The trainers' shared one is replaced (the next request of each
+  // trainer gets a new one): the client may still read what it holds there, so its references
+  // are never released, and they would keep the ring from reusing its space.
+  void ForgetSharedMemory(Task* task, int64_t client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FCFS: hands `stream` the next unassigned split, if any.
   bool AssignSplit(Task* task, int64_t client, Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the streams of consumers the dispatcher removed; their splits become `orphaned`.

@@ -132,7 +132,7 @@ absl::Status Worker::GetElements(const GetElementsRequest& req, grpc::ByteBuffer
       }
     }
   }
-  *resp = FinishResponse(req, copies, /*fields=*/nullptr, end_of_stream, stream_end, shm.get());
+  *resp = FinishResponse(req, copies, /*fields=*/nullptr, end_of_stream, stream_end, shm);
   return absl::OkStatus();
 }
 
@@ -142,16 +142,23 @@ std::shared_ptr<ShmSegment> Worker::SharedMemoryFor(Task* task, const GetElement
                       req.shm_host() == ShmHostIdentity() &&
                       !task->removed_clients.count(req.client_id());
   if (!wanted) {
-    if (it != task->shm.end()) task->shm.erase(it);  // the client turned it off (or cannot map)
+    // The client turned it off (or cannot map it).
+    if (it != task->shm.end()) ForgetSharedMemory(task, req.client_id());
     return nullptr;
   }
-  if (it == task->shm.end()) {
+  if (it == task->shm.end() && task->cross_trainer && task->trainers_shm != nullptr) {
+    it = task->shm.emplace(req.client_id(), task->trainers_shm).first;
+  } else if (it == task->shm.end()) {
     // One segment per consumer, at most --max-clients-per-job of them per task (invented client
-    // ids get no stream kept, and no segment beyond that bound either).
+    // ids get no stream kept, and no segment beyond that bound either). A cross-trainer job's
+    // trainers share one: room for the window (--cache-bytes) and one consumer's segment, as
+    // trainers reading in step hold the same copies.
     if (shm_failed_ || (options_.max_clients_per_job > 0 &&
                         static_cast<int64_t>(task->shm.size()) >= options_.max_clients_per_job))
       return nullptr;
-    auto made = ShmSegment::Create(static_cast<uint64_t>(options_.shm_bytes));
+    const int64_t size =
+        options_.shm_bytes + (task->cross_trainer ? std::max<int64_t>(options_.cache_bytes, 0) : 0);
+    auto made = ShmSegment::Create(static_cast<uint64_t>(size));
     if (!made.ok()) {
       shm_failed_ = true;
       SPDLOG_WARN(
@@ -161,27 +168,51 @@ std::shared_ptr<ShmSegment> Worker::SharedMemoryFor(Task* task, const GetElement
       return nullptr;
     }
     it = task->shm.emplace(req.client_id(), *std::move(made)).first;
+    if (task->cross_trainer) task->trainers_shm = it->second;
   }
   if (req.shm_segment() == it->second->info().id)
-    for (int64_t id : req.shm_released()) it->second->Release(id);
+    for (int64_t id : req.shm_released()) it->second->Release(id, req.client_id());
   return it->second;
+}
+
+void Worker::ForgetSharedMemory(Task* task, int64_t client) {
+  auto it = task->shm.find(client);
+  if (it == task->shm.end()) return;
+  if (it->second != task->trainers_shm) {
+    task->shm.erase(it);
+    return;
+  }
+  std::shared_ptr<ShmSegment> retired = std::move(task->trainers_shm);
+  for (auto s = task->shm.begin(); s != task->shm.end();)
+    s = s->second == retired ? task->shm.erase(s) : std::next(s);
+  SPDLOG_INFO(
+      "worker {}: job {}: client {} no longer reads its trainers' shared-memory segment; the "
+      "others get a new one (what it holds there stays as it is)",
+      address_, task->job_id, client);
 }
 
 grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
                                         const std::vector<Buffered>& out,
                                         const GetElementsResponse* fields, bool end_of_stream,
-                                        int64_t stream_end, ShmSegment* shm) {
+                                        int64_t stream_end,
+                                        const std::shared_ptr<ShmSegment>& shm) {
   ElementsResponseBuilder builder;
-  int64_t shm_elements = 0, shm_bytes = 0, shm_full = 0;
+  int64_t shm_elements = 0, shm_bytes = 0, shm_full = 0, shm_shared = 0;
   for (const Buffered& b : out) {
     if (shm != nullptr && b.payload.size > 0) {
-      if (auto slot = shm->Place(b.payload.pieces, b.payload.size)) {
+      bool shared = false;
+      std::optional<ShmSegment::Ref> ref =
+          b.shared != nullptr
+              ? b.shared->Get(shm, b.payload.pieces, b.payload.size, req.client_id(), &shared)
+              : shm->Place(b.payload.pieces, b.payload.size, req.client_id());
+      if (ref) {
         ElementData meta = b.meta;
-        meta.set_shm_slot(slot->id);
-        meta.set_shm_offset(static_cast<int64_t>(slot->offset));
+        meta.set_shm_slot(ref->id);
+        meta.set_shm_offset(static_cast<int64_t>(ref->offset));
         meta.set_shm_length(static_cast<int64_t>(b.payload.size));
         builder.Add(meta, {});
         ++shm_elements;
+        shm_shared += shared ? 1 : 0;
         shm_bytes += static_cast<int64_t>(b.payload.size);
         continue;
       }
@@ -230,6 +261,13 @@ grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
                       "Elements sent inline because the consumer's shared-memory segment was full",
                       labels)
           .Increment(static_cast<double>(shm_full));
+      if (shm_shared > 0)
+        metrics
+            .GetCounter("stoker_worker_shm_shared_elements_total",
+                        "Elements handed through shared memory as a reference to the copy "
+                        "another trainer of a cross-trainer job was handed (no copy made)",
+                        labels)
+            .Increment(static_cast<double>(shm_shared));
     }
   }
   return builder.Finish(end_of_stream, stream_end);
@@ -266,6 +304,7 @@ void Worker::AppendToLog(Task* task, Buffered b) {
   ++s.count;
   s.complete = b.meta.last();
   task->window_bytes += static_cast<int64_t>(b.payload.size) + 64;
+  if (options_.shm_bytes > 0 && b.payload.size > 0) b.shared = std::make_shared<ShmSharedCopy>();
   task->window.push_back(std::move(b));
 }
 
@@ -322,6 +361,17 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
     int64_t& cursor = trainer->cursor;
     cursor = req.restart() ? req.next_index() : std::max(cursor, req.next_index());
     cursor = std::min(cursor, task->log_end);
+    // Window elements every trainer here has received: a trainer that asks later (it joins, or
+    // restarts) gets a copy of its own unless another still holds theirs.
+    trainer->received = std::max(trainer->received, req.next_index());
+    int64_t slowest = task->log_end;
+    for (const auto& [client, t] : task->trainers) slowest = std::min(slowest, t->received);
+    for (task->shm_kept_from = std::max(task->shm_kept_from, task->window_first);
+         task->shm_kept_from < slowest; ++task->shm_kept_from) {
+      const Buffered& kept = task->window[task->shm_kept_from - task->window_first];
+      // Never waits: every trainer's response with this element was built (no Get copying).
+      if (kept.shared != nullptr) kept.shared->Drop();
+    }
     auto ready = [&] {
       return stopping_ || task->cancelled || task->producer_done || cursor < task->log_end;
     };
@@ -418,7 +468,7 @@ absl::Status Worker::GetTrainerElements(std::shared_ptr<Task> task, const GetEle
   counts.set_cache_hits(hits);
   counts.set_cache_recomputed(recomputed);
   counts.set_cache_skipped(skipped);
-  *resp = FinishResponse(req, out, &counts, end_of_stream, stream_end, shm.get());
+  *resp = FinishResponse(req, out, &counts, end_of_stream, stream_end, shm);
   return absl::OkStatus();
 }
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -167,6 +169,98 @@ TEST_F(WorkerStreamTest, SharedMemoryHandsTheSameBytesAndReusesReleasedSlots) {
   ASSERT_EQ(again.elements_size(), kSamples);
   EXPECT_FALSE(again.has_shm());
   EXPECT_EQ(again.elements(0).payload(), inline_resp.elements(0).payload());
+}
+
+// Two trainers of a cross-trainer job on this host (docs/protocol.md, "Shared memory"): one
+// segment for both, and each element is one copy in it, which both get a reference to (the same
+// offset and bytes); each releases its own references.
+TEST(WorkerTrainersTest, TrainersOnThisHostShareOneCopyOfEachElement) {
+  auto dispatcher = Dispatcher::Start(DispatcherOptions{});
+  ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
+  WorkerOptions w;
+  w.dispatcher_address = "127.0.0.1:" + std::to_string((*dispatcher)->port());
+  w.heartbeat_interval = std::chrono::milliseconds(50);
+  auto worker = Worker::Start(w);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  constexpr int kElements = 24;
+  const std::string spec = R"({"source": {"range": 24}})";
+  auto pipeline = data::Pipeline::FromString(spec);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  GetOrCreateJobRequest job;
+  job.set_spec_json(spec);
+  job.set_fingerprint((*pipeline)->fingerprint());
+  job.set_job_name("shared");
+  job.set_cross_trainer_cache(true);
+  GetOrCreateJobResponse created;
+  ASSERT_TRUE((*dispatcher)->GetOrCreateJob(job, &created).ok());
+  struct Trainer {
+    int64_t client;
+    std::string id;
+    int64_t next = 0;
+    std::shared_ptr<ShmMapping> mapping;
+    std::vector<int64_t> released;
+    int64_t got = 0;  // elements with a payload (the stream's end needs the dispatcher's acks)
+  };
+  Trainer trainers[2] = {{7, "a"}, {8, "b"}};
+  // Per index: the offset and bytes the first trainer got.
+  std::map<int64_t, std::pair<int64_t, std::string>> first;
+  int64_t shared = 0, payloads = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (trainers[0].got < kElements || trainers[1].got < kElements) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the trainers did not get the stream";
+    // Both hold what they got until both have asked for the same elements.
+    std::vector<Buffer> held;
+    for (Trainer& t : trainers) {
+      GetElementsRequest req;
+      req.set_job_id(created.job_id());
+      req.set_client_id(t.client);
+      req.set_trainer_id(t.id);
+      req.set_next_index(t.next);
+      req.set_max_bytes(64);
+      req.set_shm_host(ShmHostIdentity());
+      if (t.mapping) req.set_shm_segment(t.mapping->id());
+      req.mutable_shm_released()->Add(t.released.begin(), t.released.end());
+      grpc::ByteBuffer reply;
+      ASSERT_TRUE((*worker)->GetElements(req, &reply).ok());
+      GetElementsResponse resp = Parse(reply);
+      if (resp.has_shm() && (!t.mapping || t.mapping->id() != resp.shm().id())) {
+        ShmSegmentInfo info;
+        info.id = resp.shm().id();
+        info.pid = resp.shm().pid();
+        info.fd = resp.shm().fd();
+        info.size = static_cast<uint64_t>(resp.shm().size());
+        info.inode = static_cast<uint64_t>(resp.shm().inode());
+        auto m = ShmMapping::Open(info);
+        ASSERT_TRUE(m.ok()) << m.status();
+        t.mapping = *m;
+      }
+      for (const ElementData& d : resp.elements()) {
+        t.next = d.index() + 1;
+        if (d.shm_length() == 0) continue;  // an end-of-split marker
+        ++payloads;
+        ++t.got;
+        auto bytes = t.mapping->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
+                                     static_cast<uint64_t>(d.shm_length()));
+        ASSERT_TRUE(bytes.ok()) << bytes.status();
+        auto [it, new_index] =
+            first.try_emplace(d.index(), d.shm_offset(), std::string(bytes->view()));
+        if (!new_index) {
+          EXPECT_EQ(d.shm_offset(), it->second.first) << "element " << d.index();
+          EXPECT_EQ(bytes->view(), it->second.second) << "element " << d.index();
+          ++shared;
+        }
+        held.push_back(*std::move(bytes));
+      }
+    }
+    held.clear();
+    for (Trainer& t : trainers)
+      if (t.mapping) t.released = t.mapping->TakeReleased();
+  }
+  EXPECT_EQ(static_cast<int64_t>(first.size()), kElements);
+  EXPECT_EQ(payloads, 2 * kElements);
+  EXPECT_EQ(shared, kElements);  // the second trainer's every element
+  ASSERT_TRUE(trainers[0].mapping && trainers[1].mapping);
+  EXPECT_EQ(trainers[0].mapping->id(), trainers[1].mapping->id());  // one segment
 }
 
 TEST_F(WorkerStreamTest, NegativeIndexAndUnknownJob) {
