@@ -37,8 +37,11 @@ packages=(
   # a test that finds a hung process prints its threads' stacks
   gdb
   # the container image and its test (deploy/build-image.sh, tests/deploy/container_test.py):
-  # podman with runc, its networks (netavark, aardvark-dns), debootstrap for the base image
-  podman runc crun netavark aardvark-dns fuse-overlayfs slirp4netns uidmap catatonit debootstrap
+  # podman with runc, its networks (netavark, aardvark-dns, and iptables, which netavark calls to
+  # set up a network's bridge: without it `podman run --network NET` fails "netavark: No such file
+  # or directory"), debootstrap for the base image
+  podman runc crun netavark aardvark-dns iptables fuse-overlayfs slirp4netns uidmap catatonit
+  debootstrap
   python3-yaml
 )
 
