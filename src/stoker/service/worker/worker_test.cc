@@ -30,6 +30,19 @@ std::vector<int64_t> Indices(const GetElementsResponse& resp) {
   return out;
 }
 
+// Maps the segment a reply names, as the client does.
+void MapReplySegment(const GetElementsResponse& resp, std::shared_ptr<ShmMapping>* mapping) {
+  ShmSegmentInfo info;
+  info.id = resp.shm().id();
+  info.pid = resp.shm().pid();
+  info.fd = resp.shm().fd();
+  info.size = static_cast<uint64_t>(resp.shm().size());
+  info.inode = static_cast<uint64_t>(resp.shm().inode());
+  auto m = ShmMapping::Open(info);
+  ASSERT_TRUE(m.ok()) << m.status();
+  *mapping = *std::move(m);
+}
+
 class WorkerStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -136,16 +149,8 @@ TEST_F(WorkerStreamTest, SharedMemoryHandsTheSameBytesAndReusesReleasedSlots) {
     ASSERT_EQ(resp.elements_size(), kSamples) << "round " << round;
     ASSERT_TRUE(resp.has_shm());
     if (!mapping) {
-      ShmSegmentInfo info;
-      info.id = resp.shm().id();
-      info.pid = resp.shm().pid();
-      info.fd = resp.shm().fd();
-      info.size = static_cast<uint64_t>(resp.shm().size());
-      info.inode = static_cast<uint64_t>(resp.shm().inode());
-      auto m = ShmMapping::Open(info);
-      ASSERT_TRUE(m.ok()) << m.status();
-      mapping = *m;
-      segment = info.id;
+      ASSERT_NO_FATAL_FAILURE(MapReplySegment(resp, &mapping));
+      segment = mapping->id();
     }
     ASSERT_EQ(resp.shm().id(), segment);
     for (int i = 0; i < kSamples; ++i) {
@@ -223,17 +228,8 @@ TEST(WorkerTrainersTest, TrainersOnThisHostShareOneCopyOfEachElement) {
       grpc::ByteBuffer reply;
       ASSERT_TRUE((*worker)->GetElements(req, &reply).ok());
       GetElementsResponse resp = Parse(reply);
-      if (resp.has_shm() && (!t.mapping || t.mapping->id() != resp.shm().id())) {
-        ShmSegmentInfo info;
-        info.id = resp.shm().id();
-        info.pid = resp.shm().pid();
-        info.fd = resp.shm().fd();
-        info.size = static_cast<uint64_t>(resp.shm().size());
-        info.inode = static_cast<uint64_t>(resp.shm().inode());
-        auto m = ShmMapping::Open(info);
-        ASSERT_TRUE(m.ok()) << m.status();
-        t.mapping = *m;
-      }
+      if (resp.has_shm() && (!t.mapping || t.mapping->id() != resp.shm().id()))
+        ASSERT_NO_FATAL_FAILURE(MapReplySegment(resp, &t.mapping));
       for (const ElementData& d : resp.elements()) {
         t.next = d.index() + 1;
         if (d.shm_length() == 0) continue;  // an end-of-split marker
