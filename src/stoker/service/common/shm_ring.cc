@@ -118,6 +118,7 @@ ShmSegment::~ShmSegment() {
 std::optional<ShmSegment::Ref> ShmSegment::Place(const std::vector<Buffer>& pieces, uint64_t size,
                                                  int64_t holder) {
   Ref ref;
+  uint64_t populate_from = 0, populate_to = 0;
   {
     absl::MutexLock lock(&mu_);
     std::optional<ShmRing::Slot> slot = ring_.Allocate(size);
@@ -125,7 +126,18 @@ std::optional<ShmSegment::Ref> ShmSegment::Place(const std::vector<Buffer>& piec
     ref = Ref{next_reference_++, slot->offset, slot->id};
     stored_.emplace(slot->id, Stored{slot->offset, 1});
     references_.emplace(ref.id, Held{slot->id, holder});
+    if (slot->offset + size > populated_) {
+      populate_from = populated_;
+      populated_ = std::min<uint64_t>(
+          info_.size, (slot->offset + size + kPopulateChunk - 1) / kPopulateChunk * kPopulateChunk);
+      populate_to = populated_;
+    }
   }
+  // Space the ring has not used before: its pages are allocated in one call rather than by a
+  // page fault each (with the copy below, about half the time of faulting 256 MiB in, on a
+  // virtual machine). Without MADV_POPULATE_WRITE (Linux before 5.14) the copy faults them in.
+  if (populate_to > populate_from)
+    madvise(base_ + populate_from, populate_to - populate_from, MADV_POPULATE_WRITE);
   // The slot is this caller's alone until it returns the reference (Share needs `stored`, and
   // a consumer releases only what it was sent).
   uint8_t* out = base_ + ref.offset;

@@ -136,6 +136,9 @@ class ShmSegment {
   std::map<int64_t, Held> references_ ABSL_GUARDED_BY(mu_);  // by reference id
   std::map<int64_t, Stored> stored_ ABSL_GUARDED_BY(mu_);    // by slot id
   int64_t next_reference_ ABSL_GUARDED_BY(mu_) = 1;
+  // [0, populated_) was populated before the ring first used it, in chunks of this size.
+  static constexpr uint64_t kPopulateChunk = uint64_t{2} << 20;
+  uint64_t populated_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One element's bytes placed once and referenced by every consumer that gets them (a
