@@ -38,12 +38,14 @@ std::optional<ShmRing::Slot> ShmRing::Allocate(uint64_t size) {
     if (tail < head_) {
       // Free: [head_, capacity_) and [0, tail). Pages the ring has used come first: rather than
       // grow past its high-water mark it wraps to 0 once the space there holds the most that
-      // was ever in flight plus this allocation (a lap from 0 then has room for what the consumer
-      // held at its peak), so a segment larger than the elements in flight keeps reusing the
-      // same (mapped, cache-warm) pages instead of faulting in the whole segment once per lap.
+      // was ever in flight (at least min_lap_) plus this allocation (a lap from 0 then has room
+      // for what the consumer held at its peak), so a segment larger than the elements in flight
+      // keeps reusing the same (mapped, cache-warm) pages instead of faulting in the whole
+      // segment once per lap. The minimum keeps tiny elements from wrapping into a lap of a few
+      // slots, which a consumer that comes to hold more would find full.
       if (head_ + size <= touched_)
         offset = head_;
-      else if (size <= tail && tail >= peak_ + size)
+      else if (size <= tail && tail >= std::max(peak_, min_lap_) + size)
         offset = 0;
       else if (head_ + size <= capacity_)
         offset = head_;

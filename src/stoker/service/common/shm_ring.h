@@ -21,6 +21,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -40,9 +41,10 @@ namespace stoker::service {
 // previous one (wrapping to 0), and space is reused once every older allocation was released, so
 // slots released out of order wait for the older ones. Bookkeeping is bounded by the live slots.
 // Before going on into space it never used, the ring wraps to 0 once the space before its oldest
-// slot holds the most it ever had in flight plus the allocation: the bytes it touches (touched())
-// are about twice that peak, not the capacity (a 256 MiB segment with at most 16 MiB in flight
-// touches ~34 MiB), and a lap from 0 fails only when more is in flight than ever before.
+// slot holds the most it ever had in flight (at least 4 MiB, or a quarter of a smaller ring) plus
+// the allocation: the bytes it touches (touched()) are about twice that, not the capacity (a 256
+// MiB segment with at most 16 MiB in flight touches ~34 MiB), and a lap from 0 fails only when
+// more is in flight than ever before (and than the minimum).
 //
 // Thread safety: none (ShmSegment guards it).
 class ShmRing {
@@ -52,7 +54,9 @@ class ShmRing {
     int64_t id = 0;
     uint64_t offset = 0;
   };
-  explicit ShmRing(uint64_t capacity) : capacity_(capacity / kAlign * kAlign) {}
+  explicit ShmRing(uint64_t capacity)
+      : capacity_(capacity / kAlign * kAlign),
+        min_lap_(std::min<uint64_t>(capacity_ / 4 / kAlign * kAlign, uint64_t{4} << 20)) {}
 
   // A free range of `size` bytes (> 0); nullopt when the ring has no room for it now.
   std::optional<Slot> Allocate(uint64_t size);
@@ -72,6 +76,7 @@ class ShmRing {
     bool released;
   };
   const uint64_t capacity_;
+  const uint64_t min_lap_;     // a lap from 0 has room for at least this much (see Allocate)
   std::deque<Entry> entries_;  // allocation order; ids first_id_, first_id_ + 1, ...
   int64_t first_id_ = 1;
   uint64_t head_ = 0;     // where the next allocation goes, if it fits

@@ -78,6 +78,34 @@ TEST(ShmRing, NoGrowthOverTenThousandElements) {
   EXPECT_EQ(ring.tracked(), 0u);
 }
 
+// Tiny elements (a batch of a few integers): the ring must not wrap into a lap as small as the
+// few slots in flight at the start, or a consumer that later holds more (its prefetch filling
+// while it is busy) finds the lap full and gets its elements inline. A lap is at least 4 MiB
+// (or a quarter of a smaller segment).
+TEST(ShmRing, TinyElementsLeaveRoomForMoreInFlightAfterWrapping) {
+  ShmRing ring(uint64_t{256} << 20);
+  std::deque<ShmRing::Slot> held;
+  int fallbacks = 0;
+  auto run = [&](size_t window, int elements) {
+    for (int i = 0; i < elements; ++i) {
+      auto slot = ring.Allocate(200);
+      if (!slot) {
+        ++fallbacks;
+      } else {
+        held.push_back(*slot);
+      }
+      while (held.size() > window) {
+        EXPECT_TRUE(ring.Release(held.front().id));
+        held.pop_front();
+      }
+    }
+  };
+  run(1, 1000);    // one in flight at a time
+  run(500, 5000);  // then the consumer holds 500
+  EXPECT_EQ(fallbacks, 0);
+  EXPECT_LE(ring.touched(), uint64_t{5} << 20);
+}
+
 // A 256 MiB segment, 1 MiB elements, a consumer holding up to `window` of them (releasing in
 // order): the ring keeps to about twice the window instead of touching the whole segment once per
 // lap (each page it touches is a page fault on both sides), and it never falls back to inline
