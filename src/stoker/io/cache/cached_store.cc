@@ -272,7 +272,10 @@ absl::StatusOr<std::vector<CachedStore::BlockRun>> CachedStore::ClaimMissing(std
 void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
                            absl::AnyInvocable<void() &&> done) {
   ReadRequest request{run.key, run.bytes, run.if_match};
-  base_->ReadAsync(std::move(request), [this, run = std::move(run),
+  // The callback holds the cache: the first block it hands over may end the read whose caller
+  // then destroys this store (and drops its cache), while the callback still fulfils and
+  // unpins the run's other blocks. After that point it touches nothing of `this`.
+  base_->ReadAsync(std::move(request), [this, cache = cache_, run = std::move(run),
                                         each_block = std::move(each_block), done = std::move(done)](
                                            absl::StatusOr<Buffer> data) mutable {
     const uint64_t start = run.bytes.offset, end = run.bytes.offset + run.bytes.length;
@@ -288,7 +291,7 @@ void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
     for (uint64_t b = run.first_block; b <= run.last_block; ++b) {
       BlockKey key{run.url, run.version, b};
       if (!data.ok()) {
-        cache_->Abandon(key, data.status());
+        cache->Abandon(key, data.status());
         if (each_block) each_block(b, data.status());
         continue;
       }
@@ -297,7 +300,7 @@ void CachedStore::FetchRun(BlockRun run, BlockCallback each_block,
       if (run.first_block != run.last_block) block = Buffer::Copy(block.view());
       // The cached bytes (not `block`): what a reader checks in them stays marked for later
       // reads of the block (IsVerified).
-      BlockCache::Handle cached = cache_->Fulfill(key, std::move(block));
+      BlockCache::Handle cached = cache->Fulfill(key, std::move(block));
       if (each_block) each_block(b, cached.data());
     }
     std::move(done)();
