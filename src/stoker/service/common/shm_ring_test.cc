@@ -78,17 +78,16 @@ TEST(ShmRing, NoGrowthOverTenThousandElements) {
   EXPECT_EQ(ring.tracked(), 0u);
 }
 
-// Tiny elements (a batch of a few integers): the ring must not wrap into a lap as small as the
-// few slots in flight at the start, or a consumer that later holds more (its prefetch filling
-// while it is busy) finds the lap full and gets its elements inline. A lap is at least 4 MiB
-// (or a quarter of a smaller segment).
-TEST(ShmRing, TinyElementsLeaveRoomForMoreInFlightAfterWrapping) {
-  ShmRing ring(uint64_t{256} << 20);
+// A consumer that holds up to `window` slots and releases them in the order it got them; an
+// allocation the ring refuses (the bytes would go inline) is counted in `fallbacks`.
+struct InOrderConsumer {
+  ShmRing& ring;
   std::deque<ShmRing::Slot> held;
   int fallbacks = 0;
-  auto run = [&](size_t window, int elements) {
+
+  void Run(uint64_t size, size_t window, int elements) {
     for (int i = 0; i < elements; ++i) {
-      auto slot = ring.Allocate(200);
+      auto slot = ring.Allocate(size);
       if (!slot) {
         ++fallbacks;
       } else {
@@ -99,10 +98,19 @@ TEST(ShmRing, TinyElementsLeaveRoomForMoreInFlightAfterWrapping) {
         held.pop_front();
       }
     }
-  };
-  run(1, 1000);    // one in flight at a time
-  run(500, 5000);  // then the consumer holds 500
-  EXPECT_EQ(fallbacks, 0);
+  }
+};
+
+// Tiny elements (a batch of a few integers): the ring must not wrap into a lap as small as the
+// few slots in flight at the start, or a consumer that later holds more (its prefetch filling
+// while it is busy) finds the lap full and gets its elements inline. A lap is at least 4 MiB
+// (or a quarter of a smaller segment).
+TEST(ShmRing, TinyElementsLeaveRoomForMoreInFlightAfterWrapping) {
+  ShmRing ring(uint64_t{256} << 20);
+  InOrderConsumer consumer{ring};
+  consumer.Run(200, 1, 1000);    // one in flight at a time
+  consumer.Run(200, 500, 5000);  // then the consumer holds 500
+  EXPECT_EQ(consumer.fallbacks, 0);
   EXPECT_LE(ring.touched(), uint64_t{5} << 20);
 }
 
@@ -113,30 +121,15 @@ TEST(ShmRing, TinyElementsLeaveRoomForMoreInFlightAfterWrapping) {
 TEST(ShmRing, TouchesAboutTwiceWhatIsInFlightNotTheCapacity) {
   const uint64_t mib = uint64_t{1} << 20;
   ShmRing ring(256 * mib);
-  std::deque<ShmRing::Slot> held;
-  int fallbacks = 0;
-  auto run = [&](size_t window, int elements) {
-    for (int i = 0; i < elements; ++i) {
-      auto slot = ring.Allocate(mib);
-      if (!slot) {
-        ++fallbacks;
-      } else {
-        held.push_back(*slot);
-      }
-      while (held.size() > window) {
-        EXPECT_TRUE(ring.Release(held.front().id));
-        held.pop_front();
-      }
-    }
-  };
-  run(16, 2000);
-  EXPECT_EQ(fallbacks, 0);
+  InOrderConsumer consumer{ring};
+  consumer.Run(mib, 16, 2000);
+  EXPECT_EQ(consumer.fallbacks, 0);
   EXPECT_LE(ring.touched(), 2 * 17 * mib + mib);
-  run(64, 2000);  // the consumer holds more: the ring grows, without a fallback
-  EXPECT_EQ(fallbacks, 0);
+  consumer.Run(mib, 64, 2000);  // the consumer holds more: the ring grows, without a fallback
+  EXPECT_EQ(consumer.fallbacks, 0);
   EXPECT_LE(ring.touched(), 2 * 65 * mib + mib);
-  run(200, 2000);  // most of the segment in flight
-  EXPECT_EQ(fallbacks, 0);
+  consumer.Run(mib, 200, 2000);  // most of the segment in flight
+  EXPECT_EQ(consumer.fallbacks, 0);
   EXPECT_LE(ring.touched(), ring.capacity());
 }
 
