@@ -3,9 +3,11 @@
 #include <lz4.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "stoker/core/little_endian.h"
 #include "stoker/core/status.h"
@@ -29,39 +31,82 @@ void PutString(std::string* out, std::string_view s) {
   out->append(s);
 }
 
+// Reads an encoding from its consecutive pieces (one buffer, or the gather list of a payload
+// handed over in shared memory and mapped files): fixed-size fields may straddle pieces; Take
+// slices data that lies in one piece and copies together data that spans several.
 class Reader {
  public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  explicit Reader(const std::vector<Buffer>& pieces) : pieces_(pieces) {
+    for (const Buffer& b : pieces) total_ += b.size();
+  }
   template <typename T>
   bool Get(T* value) {
-    if (bytes_.size() - pos_ < sizeof(T)) return false;
+    char bytes[sizeof(T)];
+    if (!Read(bytes, sizeof(T))) return false;
     if constexpr (std::is_integral_v<T>) {
-      *value = LoadLittleEndian<T>(bytes_.data() + pos_);
+      *value = LoadLittleEndian<T>(bytes);
     } else {
-      std::memcpy(value, bytes_.data() + pos_, sizeof(T));  // bytes (the magic)
+      std::memcpy(value, bytes, sizeof(T));  // bytes (the magic)
     }
-    pos_ += sizeof(T);
     return true;
   }
   bool GetString(std::string* s) {
     uint32_t n;
-    if (!Get(&n) || bytes_.size() - pos_ < n) return false;
-    s->assign(bytes_.data() + pos_, n);
-    pos_ += n;
-    return true;
+    if (!Get(&n) || left() < n) return false;
+    s->resize(n);
+    return Read(s->data(), n);
+  }
+  // The next n bytes as a buffer sharing the pieces' storage where they lie in one piece.
+  std::optional<Buffer> Take(size_t n) {
+    if (left() < n) return std::nullopt;
+    if (n == 0) return piece_ < pieces_.size() ? pieces_[piece_].Slice(at_, 0) : Buffer();
+    std::vector<Buffer> parts;
+    Walk(n, [&](const Buffer& b, size_t at, size_t len) {
+      if (len > 0) parts.push_back(b.Slice(at, len));
+    });
+    return Buffer::Concat(parts);
   }
   bool Skip(size_t n) {
-    if (bytes_.size() - pos_ < n) return false;
-    pos_ += n;
+    if (left() < n) return false;
+    Walk(n, [](const Buffer&, size_t, size_t) {});
     return true;
   }
   bool AlignTo8() { return Skip((8 - pos_ % 8) % 8); }
-  size_t left() const { return bytes_.size() - pos_; }
+  size_t left() const { return total_ - pos_; }
   size_t pos() const { return pos_; }
+  size_t total() const { return total_; }
 
  private:
-  std::string_view bytes_;
-  size_t pos_ = 0;
+  bool Read(char* out, size_t n) {
+    if (left() < n) return false;
+    Walk(n, [&](const Buffer& b, size_t at, size_t len) {
+      if (len > 0) std::memcpy(out, b.data() + at, len);
+      out += len;
+    });
+    return true;
+  }
+  // Moves over n <= left() bytes, handing each piece's part to visit(piece, offset, length).
+  template <typename F>
+  void Walk(size_t n, F&& visit) {
+    pos_ += n;
+    while (n > 0) {
+      const Buffer& b = pieces_[piece_];
+      const size_t len = std::min(n, b.size() - at_);
+      visit(b, at_, len);
+      at_ += len;
+      n -= len;
+      if (at_ == b.size()) {
+        ++piece_;
+        at_ = 0;
+      }
+    }
+  }
+
+  const std::vector<Buffer>& pieces_;
+  size_t total_ = 0;
+  size_t pos_ = 0;    // bytes read of all pieces
+  size_t piece_ = 0;  // the piece holding the next byte
+  size_t at_ = 0;     // its offset in that piece
 };
 
 absl::Status Malformed(size_t total, std::string_view what, size_t at) {
@@ -205,12 +250,23 @@ std::string EncodeElement(const data::Element& element, Compression compression)
 }
 
 absl::StatusOr<data::Element> DecodeElement(Buffer all) {
-  if (all.size() >= 4 && std::memcmp(all.data(), kCompressedMagic, 4) == 0) {
-    ASSIGN_OR_RETURN(all, Decompress(all));
+  return DecodeElement(std::vector<Buffer>{std::move(all)});
+}
+
+absl::StatusOr<data::Element> DecodeElement(const std::vector<Buffer>& pieces) {
+  const std::vector<Buffer>* parts = &pieces;
+  std::vector<Buffer> decompressed;
+  {
+    Reader peek(pieces);
+    char magic[4];
+    if (peek.Get(&magic) && std::memcmp(magic, kCompressedMagic, 4) == 0) {
+      ASSIGN_OR_RETURN(Buffer plain, Decompress(Buffer::Concat(pieces)));
+      decompressed.push_back(std::move(plain));
+      parts = &decompressed;
+    }
   }
-  std::string_view view(reinterpret_cast<const char*>(all.data()), all.size());
-  Reader r(view);
-  auto bad = [&](std::string_view what) { return Malformed(all.size(), what, r.pos()); };
+  Reader r(*parts);
+  auto bad = [&](std::string_view what) { return Malformed(r.total(), what, r.pos()); };
   char magic[4];
   uint32_t version;
   if (!r.Get(&magic) || std::memcmp(magic, kMagic, 4) != 0) return bad("bad magic");
@@ -242,18 +298,23 @@ absl::StatusOr<data::Element> DecodeElement(Buffer all) {
       if (!r.Get(&d) || d < 0) return bad("shape");
     uint64_t size;
     if (!r.Get(&size) || !r.AlignTo8()) return bad("data length");
-    size_t start = r.pos();
-    if (!r.Skip(size)) return bad("data shorter than its length");
+    std::optional<Buffer> bytes = r.Take(size);
+    if (!bytes) return bad("data shorter than its length");
     if (t.dtype != data::DType::kBytes) {
       // The shape's byte size, without overflow (hostile dims must not wrap to the data length).
-      uint64_t bytes = data::DTypeSize(t.dtype);
+      uint64_t expected = data::DTypeSize(t.dtype);
       for (int64_t d : t.shape)
-        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+        if (__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected))
           return bad(StrCat("field '", name, "' shape overflows"));
-      if (bytes != size)
+      if (expected != size)
         return bad(StrCat("field '", name, "' size does not match shape ", t.ShapeString()));
     }
-    t.data = all.Slice(start, size);
+    // Tensor bytes start at a multiple of 8 in the encoding, and so in memory where a payload
+    // arrives in one buffer; a range of a worker's file keeps the file's alignment, which a
+    // numeric tensor must not inherit (bytes have none to keep).
+    if (t.dtype != data::DType::kBytes && reinterpret_cast<uintptr_t>(bytes->data()) % 8 != 0)
+      bytes = Buffer::Copy(bytes->view());
+    t.data = *std::move(bytes);
     e.fields.emplace(std::move(name), std::move(t));
   }
   return e;

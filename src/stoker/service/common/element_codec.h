@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "stoker/core/buffer.h"
@@ -52,6 +53,10 @@ std::string EncodeElement(const data::Element& element, Compression compression)
 // Decodes an element, compressed or not; its tensors share the payload's storage (no copy of
 // uncompressed bytes). A malformed payload is a DataLoss error that says what and at which byte.
 absl::StatusOr<data::Element> DecodeElement(Buffer bytes);
+// The same for an encoding in consecutive pieces (a payload handed over as parts of shared memory
+// and of mapped files): tensor bytes that lie in one piece are slices of it, bytes that span
+// pieces are copied together; errors count bytes from the first piece's start.
+absl::StatusOr<data::Element> DecodeElement(const std::vector<Buffer>& pieces);
 inline absl::StatusOr<data::Element> DecodeElement(std::string bytes) {
   return DecodeElement(Buffer::FromString(std::move(bytes)));
 }

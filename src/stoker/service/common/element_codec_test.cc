@@ -38,6 +38,52 @@ TEST(ElementCodec, TruncatedOrGarbledPayloadIsAnError) {
   EXPECT_FALSE(DecodeElement("garbage").ok());
 }
 
+// The encoding cut at every pair of places decodes as the whole; bytes that lie in one piece are
+// slices of it (no copy); a numeric tensor whose piece is not 8-byte aligned is copied to be.
+TEST(ElementCodec, PiecesDecodeAsTheWholeEncoding) {
+  data::Element e;
+  e.keys = {"k/1"};
+  e.sample_index = 9;
+  e.fields["img"] = data::Tensor::FromFloats({3}, {1, 2, 3});
+  e.fields["raw"] = data::Tensor::Bytes(Buffer::Copy("some raw bytes"));
+  std::string wire;
+  EncodeElement(e, &wire);
+  const Buffer whole = Buffer::Copy(wire);
+  for (size_t a = 0; a <= wire.size(); ++a) {
+    for (size_t b = a; b <= wire.size(); b += 3) {
+      auto d = DecodeElement(std::vector<Buffer>{whole.Slice(0, a), whole.Slice(a, b - a),
+                                                 whole.Slice(b, wire.size() - b)});
+      ASSERT_TRUE(d.ok()) << a << " " << b << ": " << d.status();
+      EXPECT_EQ(d->keys, e.keys);
+      EXPECT_EQ(d->fields.at("img").values<float>()[2], 3.0f);
+      EXPECT_EQ(d->fields.at("raw").data.view(), "some raw bytes");
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(d->fields.at("img").data.data()) % 8, 0u);
+    }
+  }
+  // The raw bytes as a piece of their own, 1 byte past an 8-byte boundary (as a range of a file):
+  // a slice of that piece. The floats the same way: copied to an aligned buffer.
+  EncodedElement pieces = EncodeElementPieces(e, Compression::kNone);
+  std::vector<Buffer> moved;
+  const uint8_t* raw_at = nullptr;
+  for (const Buffer& p : pieces.pieces) {
+    Buffer b = Buffer::FromString("x" + p.ToString()).Slice(1, p.size());
+    if (p.view() == "some raw bytes") raw_at = b.data();
+    moved.push_back(b);
+  }
+  auto d = DecodeElement(moved);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->fields.at("raw").data.view(), "some raw bytes");
+  EXPECT_EQ(d->fields.at("raw").data.data(), raw_at);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(d->fields.at("img").data.data()) % 8, 0u);
+  EXPECT_EQ(d->fields.at("img").values<float>()[1], 2.0f);
+  // Cut short anywhere: an error, as for the whole.
+  for (size_t n = 0; n < wire.size(); ++n)
+    EXPECT_FALSE(
+        DecodeElement(std::vector<Buffer>{whole.Slice(0, n / 2), whole.Slice(n / 2, n - n / 2)})
+            .ok())
+        << n;
+}
+
 TEST(ElementCodec, CompressedPayloadsRoundTrip) {
   data::Element e;
   e.keys = {"k"};
