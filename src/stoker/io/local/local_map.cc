@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "stoker/core/mapped_files.h"
+
 namespace stoker::io::local_internal {
 namespace {
 
@@ -55,7 +57,9 @@ std::atomic<bool>& NoCachestat() {
 void UseMincoreForTesting(bool on) { NoCachestat().store(on, std::memory_order_relaxed); }
 
 FileMapping::~FileMapping() {
+  if (data != nullptr && fd >= 0) UnregisterMappedFile(data);
   if (data != nullptr) ::munmap(const_cast<uint8_t*>(data), size);
+  if (fd >= 0) ::close(fd);
 }
 
 std::shared_ptr<const FileMapping> FileMappings::Get(const OpenFile& file) {
@@ -83,6 +87,15 @@ std::shared_ptr<const FileMapping> FileMappings::Get(const OpenFile& file) {
       ::madvise(addr, file.size, MADV_RANDOM);
       mapping->data = static_cast<const uint8_t*>(addr);
       mapping->size = file.size;
+      struct stat st;
+      const int fd = ::fcntl(file.fd, F_DUPFD_CLOEXEC, 0);
+      if (fd >= 0 && ::fstat(fd, &st) == 0) {
+        mapping->fd = fd;
+        RegisterMappedFile(mapping->data, mapping->size, fd, static_cast<uint64_t>(st.st_dev),
+                           static_cast<uint64_t>(st.st_ino));
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
     }
   }
   absl::MutexLock lock(&mu_);

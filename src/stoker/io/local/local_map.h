@@ -33,6 +33,9 @@ struct FileMapping {
   const uint8_t* data = nullptr;  // nullptr: this file version is not mapped (see Get)
   uint64_t size = 0;
   std::string etag;
+  // A descriptor of the file kept open while the mapping lives: the mapping is registered with
+  // it (core/mapped_files.h), so that a worker can name the file to a consumer on this host.
+  int fd = -1;
 };
 
 class FileMappings {
