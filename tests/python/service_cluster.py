@@ -48,7 +48,9 @@ class Cluster:
         w = self._start([self.bin, "worker", "--dispatcher", self.address, "--http-port", "0",
                          "--heartbeat-ms", "200", *extra],
                         os.path.join(self.dir, f"worker{i}.log"))
-        self._first_line(w)                        # "worker: serving on HOST:PORT, ..."
+        line = self._first_line(w)                 # "worker: serving on HOST:PORT, ..."
+        http = re.search(r"/healthz on port (\d+)", line)  # also /metrics
+        w.http_port = int(http.group(1)) if http else None
         self.workers.append(w)
         return w
 

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -126,3 +127,56 @@ def test_cli_digests_equal_with_and_without_shared_memory(many_shards, stoker_bi
                     assert line is None, r.stderr
                 else:
                     assert line and int(line.group(1)) > 0, r.stderr
+
+
+def worker_metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return sum(float(line.split()[-1]) for line in r.read().decode().splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def test_large_samples_reach_the_consumer_as_the_worker_s_file_pages(stoker_bin, tmp_path):
+    """Samples of 300 KiB read warm from local shards (the worker holds them as slices of its
+    mapping of each shard) reach a consumer on the same host as ranges of those files, which the
+    consumer maps itself (docs/protocol.md, "Shared memory"): `stoker consume --digest` equals
+    `stoker run --digest`, the worker counts the bytes it handed that way, and what a Python
+    consumer received stays readable after the worker is killed with SIGKILL."""
+    tree = tmp_path / "tree" / "c"
+    tree.mkdir(parents=True)
+    contents = {}
+    for i in range(24):
+        data = os.urandom(300 << 10)
+        (tree / f"{i:03d}.bin").write_bytes(data)
+        contents[f"c/{i:03d}"] = data
+    ds = tmp_path / "ds"
+    subprocess.run([stoker_bin, "convert", str(tmp_path / "tree"), str(ds)], check=True,
+                   capture_output=True, timeout=60)
+    spec_json = {"source": {"dataset": str(ds) + "/"},
+                 "ops": [{"op": "shuffle", "seed": 4}, {"op": "map_field", "drop": ["cls"]}]}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_json))
+    r = subprocess.run([stoker_bin, "run", str(spec), "--digest"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    expected = re.search(r"sha256 ([0-9a-f]{64})", r.stdout).group(1)
+    with Cluster(stoker_bin, tmp_path / "c") as cluster:
+        worker = cluster.add_worker()
+        cluster.wait_for_workers(1)
+        r = subprocess.run([stoker_bin, "consume", "--dispatcher", cluster.address, str(spec),
+                            "--digest"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = re.search(r"sha256 ([0-9a-f]{64})", r.stdout)
+        assert got and got.group(1) == expected, (r.stdout, r.stderr)
+        assert re.search(r"shared memory: 24 elements", r.stderr), r.stderr
+        file_bytes = worker_metric(worker.http_port, "stoker_worker_shm_file_bytes_total")
+        assert file_bytes >= 20 * (300 << 10), file_bytes  # shards just written: in the cache
+
+        served = stoker.Pipeline.from_spec(spec_json).distribute(dispatcher=cluster.address)
+        received = list(served)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=20)
+        assert sorted(b["__keys__"][0] for b in received) == sorted(contents)
+        for b in received:  # read after the worker is gone: the consumer's own mapping
+            assert not b["bin"].flags.writeable
+            assert b["bin"].tobytes() == contents[b["__keys__"][0]], b["__keys__"]
+        served.close()

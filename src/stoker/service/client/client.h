@@ -42,6 +42,7 @@
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/grpc_util.h"
 #include "stoker/service/common/security.h"
+#include "stoker/service/common/shm_files.h"
 #include "stoker/service/common/shm_ring.h"
 
 namespace stoker::service {
@@ -185,6 +186,7 @@ class ServiceClient {
     Backoff backoff{std::chrono::milliseconds(20), std::chrono::milliseconds(500)};
     std::shared_ptr<ShmMapping> shm;  // the worker's segment, once a response named one
     bool shm_off = false;             // mapping it failed: payloads in the reply from now on
+    bool shm_files_off = false;       // mapping a file it named failed: its segment only
   };
   struct SplitProgress {
     std::set<int64_t> sequences;  // received
@@ -199,7 +201,7 @@ class ServiceClient {
     std::set<int64_t> delivered;  // sequence numbers
   };
   struct Item {
-    Buffer payload;
+    EncodedElement payload;
     int64_t epoch = 0;
     bool last = false;   // last of its split
     bool empty = false;  // marks the end of a split that gave this consumer nothing
@@ -249,8 +251,14 @@ class ServiceClient {
   // In order with the reorder buffer full: a worker to ask, or null; sets *max_bytes.
   Fetcher* NextFetcherAtCap(int64_t* max_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an element received from `f`; returns false if it is a duplicate.
-  // `payload` is the element's bytes (from the reply or the worker's shared memory).
-  bool Accept(Fetcher* f, ElementData* d, Buffer payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `payload` is the element's bytes (from the reply, or the worker's shared memory and the files
+  // it named).
+  bool Accept(Fetcher* f, ElementData* d, EncodedElement payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The payload of `d` handed over in shared memory (its slot, and the files its spans name).
+  absl::StatusOr<EncodedElement> SharedPayload(Fetcher* f, const GetElementsResponse& resp,
+                                               const ElementData& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One element of `split` was delivered (or discarded): acknowledges the split once it is whole.
   void Delivered(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeAck(int64_t split) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -281,14 +289,16 @@ class ServiceClient {
   // Dynamic sharding: received elements by (split, sequence), the job's global order. Sharding
   // off: payloads in arrival order.
   std::map<std::pair<int64_t, int64_t>, Item> items_ ABSL_GUARDED_BY(mu_);
-  std::deque<Buffer> fifo_ ABSL_GUARDED_BY(mu_);
+  std::deque<EncodedElement> fifo_ ABSL_GUARDED_BY(mu_);
   int64_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // GetNext waits for an element that is not here: fetch past the prefetch budget.
   bool blocked_ ABSL_GUARDED_BY(mu_) = false;
   // The reorder buffer is full: when the last small request went out, and whether that was logged.
   std::chrono::steady_clock::time_point trickle_at_ ABSL_GUARDED_BY(mu_);
   bool cap_logged_ ABSL_GUARDED_BY(mu_) = false;
-  bool shm_logged_ ABSL_GUARDED_BY(mu_) = false;  // a worker's segment could not be mapped
+  bool shm_logged_ ABSL_GUARDED_BY(mu_) = false;        // a worker's segment could not be mapped
+  bool shm_files_logged_ ABSL_GUARDED_BY(mu_) = false;  // nor a file a worker named
+  SharedFileMappings shm_files_;                        // files workers named, mapped
   std::pair<int64_t, int64_t> expected_ ABSL_GUARDED_BY(mu_) = {0, 0};  // ordered: next to deliver
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int64_t, SplitProgress> splits_ ABSL_GUARDED_BY(mu_);  // not yet acked

@@ -36,7 +36,7 @@ void ServiceClient::Delivered(int64_t split) {
   MaybeAck(split);
 }
 
-bool ServiceClient::Accept(Fetcher* f, ElementData* d, Buffer payload) {
+bool ServiceClient::Accept(Fetcher* f, ElementData* d, EncodedElement payload) {
   // Once per index of the worker's stream (a restart may send some again).
   if (d->index() < f->received_below || !f->received_above.insert(d->index()).second) return false;
   while (!f->received_above.empty() && *f->received_above.begin() == f->received_below) {
@@ -45,7 +45,7 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d, Buffer payload) {
   }
   if (d->split_id() < 0) {  // sharding off: each worker's stream is its own
     if (d->empty()) return true;
-    ready_bytes_ += static_cast<int64_t>(payload.size());
+    ready_bytes_ += static_cast<int64_t>(payload.size);
     fifo_.push_back(std::move(payload));
     return true;
   }
@@ -79,7 +79,7 @@ bool ServiceClient::Accept(Fetcher* f, ElementData* d, Buffer payload) {
     item.last = d->last();
     item.empty = empty;
     if (!empty) item.payload = std::move(payload);
-    ready_bytes_ += static_cast<int64_t>(item.payload.size());
+    ready_bytes_ += static_cast<int64_t>(item.payload.size);
     items_[{d->split_id(), d->sequence()}] = std::move(item);
   }
   MaybeAck(d->split_id());
@@ -96,7 +96,7 @@ std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
     Item item;
     item.payload = std::move(fifo_.front());
     fifo_.pop_front();
-    ready_bytes_ -= static_cast<int64_t>(item.payload.size());
+    ready_bytes_ -= static_cast<int64_t>(item.payload.size);
     return item;
   }
   while (!items_.empty()) {
@@ -106,7 +106,7 @@ std::optional<ServiceClient::Item> ServiceClient::TakeNext(bool* epoch_over) {
     Item item = std::move(it->second);
     const auto [split, sequence] = it->first;
     items_.erase(it);
-    ready_bytes_ -= static_cast<int64_t>(item.payload.size());
+    ready_bytes_ -= static_cast<int64_t>(item.payload.size);
     if (ordered())
       expected_ =
           item.last ? std::make_pair(split + 1, int64_t{0}) : std::make_pair(split, sequence + 1);
@@ -146,7 +146,7 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Durati
 }
 
 absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Duration wait) {
-  Buffer payload;
+  EncodedElement payload;
   {
     absl::MutexLock lock(&mu_);
     auto deadline = absl::Now() + wait;
@@ -181,9 +181,9 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Du
     blocked_ = false;
     ++stats_.elements;
     ++epoch_elements_;
-    stats_.bytes += static_cast<int64_t>(payload.size());
+    stats_.bytes += static_cast<int64_t>(payload.size);
   }
-  ASSIGN_OR_RETURN(data::Element e, DecodeElement(std::move(payload)));
+  ASSIGN_OR_RETURN(data::Element e, DecodeElement(payload.pieces));
   {
     absl::MutexLock lock(&mu_);
     epoch_samples_ += static_cast<int64_t>(e.keys.size());
@@ -200,7 +200,7 @@ bool ServiceClient::AdvanceEpoch() {
   if (!ordered()) {
     // What is held of earlier epochs is discarded, and acknowledged as delivered.
     for (auto it = items_.begin(); it != items_.end() && it->second.epoch < epoch_;) {
-      ready_bytes_ -= static_cast<int64_t>(it->second.payload.size());
+      ready_bytes_ -= static_cast<int64_t>(it->second.payload.size);
       int64_t split = it->first.first;
       it = items_.erase(it);
       Delivered(split);

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "stoker/core/logging.h"
+#include "stoker/core/status.h"
 #include "stoker/core/strings.h"
 #include "stoker/service/client/client.h"
 #include "stoker/service/common/grpc_util.h"
@@ -102,7 +103,10 @@ void ServiceClient::FetchLoop() {
     std::vector<int64_t> released;  // slots of f's segment this client no longer uses
     {
       absl::MutexLock lock(&mu_);
-      if (options_.shared_memory && !f->shm_off) req.set_shm_host(ShmHostIdentity());
+      if (options_.shared_memory && !f->shm_off) {
+        req.set_shm_host(ShmHostIdentity());
+        req.set_shm_files(!f->shm_files_off);
+      }
       if (f->shm) {
         released = f->shm->TakeReleased();
         req.set_shm_segment(f->shm->id());
@@ -174,7 +178,16 @@ void ServiceClient::FetchLoop() {
       }
       f->shm = *std::move(mapped);
     }
-    for (ElementData& d : *resp.mutable_elements()) {
+    if (resp.shm_files_size() > 0 && !req.shm_files()) {
+      error_ = absl::DataLossError(StrCat("worker ", f->address,
+                                          " named files to map in reply to a request that did not "
+                                          "offer to (job ",
+                                          job_id_, "); is it running the same stoker version?"));
+      f->removed = true;
+      continue;
+    }
+    for (int at = 0; at < resp.elements_size(); ++at) {
+      ElementData& d = *resp.mutable_elements(at);
       // A broken worker must not corrupt the client's bookkeeping (or overflow its arithmetic):
       // the consumer gets a clear error instead.
       const bool off = options_.sharding == Sharding::kOff;
@@ -187,25 +200,41 @@ void ServiceClient::FetchLoop() {
         f->removed = true;
         break;
       }
-      Buffer payload;
+      EncodedElement payload;
       if (d.shm_length() > 0) {
-        absl::StatusOr<Buffer> slot =
-            d.shm_offset() < 0 || !f->shm || f->shm->id() != resp.shm().id()
-                ? absl::DataLossError("no shared-memory segment named in the reply")
-                : f->shm->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
-                               static_cast<uint64_t>(d.shm_length()));
-        if (!slot.ok()) {
+        absl::StatusOr<EncodedElement> shared = SharedPayload(f, resp, d);
+        if (!shared.ok() && shared.status().code() == absl::StatusCode::kUnavailable) {
+          // A file the worker named cannot be mapped here: the rest of this response is dropped
+          // (the slots of its elements released; those accepted before keep theirs), and the
+          // next request asks for them again, without files.
+          if (!shm_files_logged_)
+            SPDLOG_WARN(
+                "job {}: cannot map a file worker {} named ({}); its payloads come through its "
+                "segment from now on",
+                job_id_, f->address, std::string(shared.status().message()));
+          shm_files_logged_ = true;
+          f->shm_files_off = true;
+          f->restart = true;
+          std::vector<int64_t> slots;
+          for (int rest = at; rest < resp.elements_size(); ++rest)
+            if (resp.elements(rest).shm_length() > 0)
+              slots.push_back(resp.elements(rest).shm_slot());
+          f->shm->Requeue(slots);
+          break;
+        }
+        if (!shared.ok()) {
           error_ = absl::DataLossError(StrCat("worker ", f->address, " sent element ", d.index(),
                                               " of job ", job_id_,
-                                              " in shared memory: ", slot.status().message()));
+                                              " in shared memory: ", shared.status().message()));
           f->removed = true;
           break;
         }
-        payload = *std::move(slot);
+        payload = *std::move(shared);
         ++stats_.shm_elements;
-        stats_.shm_bytes += d.shm_length();
+        stats_.shm_bytes += static_cast<int64_t>(payload.size);
       } else if (!d.payload().empty()) {
-        payload = Buffer::FromString(std::move(*d.mutable_payload()));
+        const size_t size = d.payload().size();
+        payload = {{Buffer::FromString(std::move(*d.mutable_payload()))}, size};
       }
       if (d.split_id() >= 0) f->mid_split = !d.last();
       if (!Accept(f, &d, std::move(payload))) ++stats_.duplicates;
@@ -214,6 +243,48 @@ void ServiceClient::FetchLoop() {
         f->received_below >= resp.stream_end())
       f->ended = true;
   }
+}
+
+absl::StatusOr<EncodedElement> ServiceClient::SharedPayload(Fetcher* f,
+                                                            const GetElementsResponse& resp,
+                                                            const ElementData& d) {
+  if (d.shm_offset() < 0 || !f->shm || f->shm->id() != resp.shm().id())
+    return absl::DataLossError("no shared-memory segment named in the reply");
+  ASSIGN_OR_RETURN(Buffer slot, f->shm->Slot(d.shm_slot(), static_cast<uint64_t>(d.shm_offset()),
+                                             static_cast<uint64_t>(d.shm_length())));
+  EncodedElement payload;
+  if (d.shm_spans().empty()) {
+    payload.size = slot.size();
+    payload.pieces.push_back(std::move(slot));
+    return payload;
+  }
+  uint64_t in_slot = 0;  // the slot's bytes taken by the spans so far
+  for (const PayloadSpan& span : d.shm_spans()) {
+    if (span.length() <= 0 || span.file() < 0 || span.file() > resp.shm_files_size())
+      return absl::DataLossError(StrCat("span of file ", span.file(), ", ", span.length(),
+                                        " bytes: not a part of the reply's ", resp.shm_files_size(),
+                                        " files or its slot"));
+    const uint64_t length = static_cast<uint64_t>(span.length());
+    if (span.file() == 0) {
+      if (length > slot.size() - in_slot)
+        return absl::DataLossError(
+            StrCat("spans take more than the slot's ", slot.size(), " bytes"));
+      payload.pieces.push_back(slot.Slice(in_slot, length));
+      in_slot += length;
+    } else {
+      if (span.offset() < 0)
+        return absl::DataLossError(StrCat("span at offset ", span.offset(), " of a file"));
+      ASSIGN_OR_RETURN(Buffer range,
+                       shm_files_.Range(resp.shm_files(span.file() - 1),
+                                        static_cast<uint64_t>(span.offset()), length));
+      payload.pieces.push_back(std::move(range));
+    }
+    payload.size += length;
+  }
+  if (in_slot != slot.size())
+    return absl::DataLossError(
+        StrCat("spans take ", in_slot, " of the slot's ", slot.size(), " bytes"));
+  return payload;
 }
 
 }  // namespace stoker::service

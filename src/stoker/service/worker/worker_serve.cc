@@ -14,6 +14,7 @@
 #include "stoker/data/pipeline.h"
 #include "stoker/service/common/element_codec.h"
 #include "stoker/service/common/elements_response.h"
+#include "stoker/service/common/shm_files.h"
 #include "stoker/service/worker/worker.h"
 
 namespace stoker::service {
@@ -197,23 +198,32 @@ grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
                                         int64_t stream_end,
                                         const std::shared_ptr<ShmSegment>& shm) {
   ElementsResponseBuilder builder;
-  int64_t shm_elements = 0, shm_bytes = 0, shm_full = 0, shm_shared = 0;
+  int64_t shm_elements = 0, shm_bytes = 0, shm_full = 0, shm_shared = 0, shm_file_bytes = 0;
+  // Payload bytes that are ranges of files this worker mapped go to a consumer that maps files
+  // as those ranges (`out` holds their Buffers, so the files stay open until it has them). Not
+  // for a cross-trainer job's shared copies, which every trainer reads alike.
+  SharedFileTable files;
   for (const Buffered& b : out) {
     if (shm != nullptr && b.payload.size > 0) {
       bool shared = false;
+      SharedFileTable::Split split;
+      if (req.shm_files() && b.shared == nullptr) split = files.SplitPayload(b.payload.pieces);
+      if (split.spans.empty()) split = {b.payload.pieces, b.payload.size, {}};
       std::optional<ShmSegment::Ref> ref =
           b.shared != nullptr
               ? b.shared->Get(shm, b.payload.pieces, b.payload.size, req.client_id(), &shared)
-              : shm->Place(b.payload.pieces, b.payload.size, req.client_id());
+              : shm->Place(split.copied, split.copied_size, req.client_id());
       if (ref) {
         ElementData meta = b.meta;
         meta.set_shm_slot(ref->id);
         meta.set_shm_offset(static_cast<int64_t>(ref->offset));
-        meta.set_shm_length(static_cast<int64_t>(b.payload.size));
+        meta.set_shm_length(static_cast<int64_t>(split.copied_size));
+        for (PayloadSpan& span : split.spans) *meta.add_shm_spans() = std::move(span);
         builder.Add(meta, {});
         ++shm_elements;
         shm_shared += shared ? 1 : 0;
         shm_bytes += static_cast<int64_t>(b.payload.size);
+        shm_file_bytes += static_cast<int64_t>(b.payload.size - split.copied_size);
         continue;
       }
       ++shm_full;
@@ -229,6 +239,7 @@ grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
     s->set_fd(info.fd);
     s->set_size(static_cast<int64_t>(info.size));
     s->set_inode(static_cast<int64_t>(info.inode));
+    files.AddTo(&segment);
     builder.AddFields(segment);
   }
   if (fields != nullptr) builder.AddFields(*fields);
@@ -261,6 +272,13 @@ grpc::ByteBuffer Worker::FinishResponse(const GetElementsRequest& req,
                       "Elements sent inline because the consumer's shared-memory segment was full",
                       labels)
           .Increment(static_cast<double>(shm_full));
+      if (shm_file_bytes > 0)
+        metrics
+            .GetCounter("stoker_worker_shm_file_bytes_total",
+                        "Of the payload bytes handed through shared memory, those handed as "
+                        "ranges of files the consumer maps itself (no copy)",
+                        labels)
+            .Increment(static_cast<double>(shm_file_bytes));
       if (shm_shared > 0)
         metrics
             .GetCounter("stoker_worker_shm_shared_elements_total",
