@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -349,26 +350,52 @@ absl::Status Worker::RunDynamic(Task* task) {
   const int64_t unit = batch * std::max<int64_t>(1, task->num_consumers);
   int64_t wanted = std::max<int64_t>(unit, 16);
   int64_t last_split_id = -1;
-  while (true) {
-    GetSplitRequest req;
-    {
-      absl::MutexLock lock(&mu_);
-      auto room = [&] {
-        return Stopped(task) || draining_ || task->buffered_bytes < options_.buffer_bytes / 2;
-      };
-      mu_.Await(absl::Condition(&room));
-      if (Stopped(task) || draining_) return absl::OkStatus();
-      req.set_worker_id(worker_id_);
-    }
-    req.set_job_id(task->job_id);
-    req.set_last_split_id(last_split_id);
-    req.set_wanted_samples((wanted + unit - 1) / unit * unit);
-    req.set_num_samples(*size);
+  // One GetSplit: its reply waits for the dispatcher's journal sync (milliseconds on a disk).
+  struct Lease {
+    int64_t worker_id = 0;  // 0: not registered yet (the reply is not a lease)
+    grpc::Status status;
     GetSplitResponse resp;
+  };
+  auto ask = [this, task, unit, samples = *size](int64_t worker_id, int64_t last, int64_t n) {
+    Lease lease;
+    lease.worker_id = worker_id;
+    GetSplitRequest req;
+    req.set_worker_id(worker_id);
+    req.set_job_id(task->job_id);
+    req.set_last_split_id(last);
+    req.set_wanted_samples((n + unit - 1) / unit * unit);
+    req.set_num_samples(samples);
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kRpcTimeout);
-    grpc::Status s = dispatcher_->GetSplit(&ctx, req, &resp);
-    if (!s.ok() || resp.kind() == GetSplitResponse::WAIT || req.worker_id() == 0) {
+    lease.status = dispatcher_->GetSplit(&ctx, req, &lease.resp);
+    return lease;
+  };
+  // The next split, asked for while the current one runs, so that the pipeline does not idle
+  // through that sync at every split. The request names the split in hand as the last one
+  // received, as a request after it would (docs/protocol.md, "Split size").
+  std::future<Lease> ahead;
+  while (true) {
+    Lease lease;
+    if (ahead.valid()) {
+      lease = ahead.get();  // a split granted is run even if a drain began meanwhile
+      absl::MutexLock lock(&mu_);
+      if (Stopped(task)) return absl::OkStatus();
+    } else {
+      int64_t worker_id = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        auto room = [&] {
+          return Stopped(task) || draining_ || task->buffered_bytes < options_.buffer_bytes / 2;
+        };
+        mu_.Await(absl::Condition(&room));
+        if (Stopped(task) || draining_) return absl::OkStatus();
+        worker_id = worker_id_;
+      }
+      lease = ask(worker_id, last_split_id, wanted);
+    }
+    const grpc::Status& s = lease.status;
+    const GetSplitResponse& resp = lease.resp;
+    if (!s.ok() || resp.kind() == GetSplitResponse::WAIT || lease.worker_id == 0) {
       if (!s.ok() && s.error_code() == grpc::StatusCode::NOT_FOUND)
         return FromGrpc(s, StrCat("GetSplit from dispatcher ", options_.dispatcher_address));
       absl::MutexLock lock(&mu_);
@@ -378,6 +405,12 @@ absl::Status Worker::RunDynamic(Task* task) {
     }
     if (resp.kind() == GetSplitResponse::END) return absl::OkStatus();
     last_split_id = resp.split_id();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!Stopped(task) && !draining_ && worker_id_ != 0 &&
+          task->buffered_bytes < options_.buffer_bytes / 2)
+        ahead = std::async(std::launch::async, ask, worker_id_, last_split_id, wanted);
+    }
     {
       // A split leased again after its consumer was removed may come back here: run it afresh.
       absl::MutexLock lock(&mu_);
