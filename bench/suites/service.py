@@ -136,6 +136,7 @@ class Cluster:
         self.port = free_port()
         work_dir = self.work_dir = os.path.join(self.ctx.tmp, f"dispatcher-{self.port}")
         self.procs = []
+        self.worker_http_ports = []  # /healthz and /metrics
         try:
             proc, dispatcher_http = start_serving(
                 [self.ctx.stoker, "dispatcher", "--port", str(self.port), "--http-port", "0",
@@ -147,6 +148,7 @@ class Cluster:
                     [self.ctx.stoker, "worker", "--dispatcher", f"127.0.0.1:{self.port}", "--port",
                      "0", "--http-port", "0", *self.worker_args], "worker")
                 self.procs.append(proc)
+                self.worker_http_ports.append(http_port)
                 wait_healthy(http_port, "worker")
         except Exception:
             self.__exit__()

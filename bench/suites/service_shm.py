@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.request
 
 import lib
 import service
@@ -49,12 +50,23 @@ def through(ctx, spec, max_elements, shm):
     return r
 
 
+def worker_counter(port, name):
+    """A worker counter's total over its label sets, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return sum(float(line.split()[-1]) for line in r.read().decode().splitlines()
+                   if line.startswith(name + "{"))
+
+
 def shm_elements(ctx, spec):
-    """How many elements of a full run came through shared memory (one extra run, not timed)."""
+    """How many elements of a full run came through shared memory, and how many of their bytes as
+    ranges of the worker's mapped shards (one extra run, not timed)."""
     with service.Cluster(ctx) as cluster:
         err = lib.run([ctx.stoker, "consume", "--dispatcher", cluster.address, spec]).stderr
+        port = cluster.worker_http_ports[0]
+        shm_bytes = worker_counter(port, "stoker_worker_shm_bytes_total")
+        file_bytes = worker_counter(port, "stoker_worker_shm_file_bytes_total")
     m = re.search(SHM_LINE, err)
-    return int(m.group(1)) if m else 0
+    return (int(m.group(1)) if m else 0), file_bytes / max(1.0, shm_bytes)
 
 
 def run(ctx):
@@ -69,7 +81,7 @@ def run(ctx):
         runs["TCP"].append((through(ctx, spec, None, False), through(ctx, spec, SHORT, False)))
         runs["shared memory"].append((through(ctx, spec, None, True),
                                       through(ctx, spec, SHORT, True)))
-    via_shm = shm_elements(ctx, spec)
+    via_shm, file_share = shm_elements(ctx, spec)
     shutil.rmtree(os.path.join(ctx.tmp, "shm-1mib-ds"))
     load_after = os.getloadavg()[0]
 
@@ -145,7 +157,9 @@ def run(ctx):
     lines += [
         "",
         f"- Elements that came through shared memory in a full run: {via_shm} of {ELEMENTS} (the "
-        "rest, if any, went inline because the segment was full).",
+        "rest, if any, went inline because the segment was full); of their bytes, "
+        f"{100 * file_share:.1f}% as ranges of the worker's mapped shards, which the consumer "
+        "maps itself (docs/protocol.md, \"Shared memory\"), the rest copied into the segment.",
         f"- Throughput, shared memory / in-process: **{ratio['shared memory']['e2e']:.2f}** end to "
         f"end, **{ratio['shared memory']['steady']:.2f}** steady (TCP: "
         f"{ratio['TCP']['e2e']:.2f} / {ratio['TCP']['steady']:.2f}). Goal >= 0.85: "
@@ -157,29 +171,19 @@ def run(ctx):
         f"in-process pipeline. Goal <= 0.1: **{'met' if met_cpu else 'missed'}** (end to end).",
         "- Where the CPU goes: over TCP the consumer receives every byte through the socket (a "
         "kernel copy) and parses the reply (a copy); with shared memory it maps the worker's "
-        "segment once and decodes each element in place, so its cost is the requests and the "
-        "element headers, not the bytes. The worker still copies each payload once, into the "
-        "segment (its CPU column).",
+        "segment once, and the shards the worker names, and decodes each element in place, so "
+        "its cost is the requests and the element headers, not the bytes. The worker copies "
+        "into the segment only what is not a range of its mapped shards (here the headers, and "
+        "records the page cache did not hold when read); before it named the shards it copied "
+        "every payload there (a memmove on a gRPC thread, 23-28% of its samples in `perf`), and "
+        "its pipeline idled through the dispatcher's journal sync between splits until it asked "
+        "for the next split ahead (docs/protocol.md, \"Split size\"). Both paths check each "
+        "record's CRC-32C on one thread over freshly mapped page-cache pages: most of the "
+        "in-process CPU and of the worker's (`perf`).",
     ]
     if not met_rate:
         lines.append(
-            "- Why the throughput goal can miss here (`perf record` of a worker serving these "
-            "elements on the idle machine, 2026-12-04): both paths read the shards alike, as "
-            "slices of a mapping of the page cache, and check each record's CRC-32C on one "
-            "thread; that check is 49-58% of the worker's samples, as it is most of the "
-            "in-process CPU. Its bytes are touched for the first time through the mapping: on "
-            "this VM CRC-32C runs at 4.9-5.1 GB/s over freshly mapped page-cache pages and at "
-            "13.7-13.9 GB/s once they are mapped (`MADV_POPULATE_READ`, `MADV_HUGEPAGE` or a "
-            "2 MiB-aligned mapping changed nothing; reading with a copy instead, "
-            "`STOKER_LOCAL_MMAP=off`, made both paths about twice as slow). The service adds the "
-            "worker's copy of each payload into the segment (a memmove on a gRPC thread, 23-26% "
-            "of the worker's samples; the segment is shmem in 4 KiB pages, shmem huge pages being "
-            "off here), the requests and the consumer: the all-processes CPU per GB above, on 2 "
-            "cores that the worker and the consumer share. With two requests in flight (the "
-            "default) two of those copies compete with the producing thread: one request in "
-            "flight (`--requests-per-worker 1`) took 0.72-0.73 s against 0.77-0.84 s (3 runs "
-            "each; 4 in flight: 0.84-0.95 s). What would reach the goal is producing the payload "
-            "in the segment instead of copying it there (the read landing in memory the consumer "
-            "maps), which is not built. Read the ratios together with the load average above; "
-            "the CPU columns are the stable figures.")
+            "- The goal missed in this run: read the ratio with the load average above (the "
+            "service's three processes share 2 cores with whatever else runs; the CPU columns "
+            "are the stable figures).")
     ctx.write_result("service_shm", "\n".join(lines) + "\n")
