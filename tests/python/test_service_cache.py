@@ -354,13 +354,17 @@ def test_a_restarted_dispatcher_leases_a_dead_workers_splits_again(photo_shards,
         # A buffer of about five elements: neither worker runs far ahead of the trainers, so each
         # still has a split they have not all read when the first is killed (a worker that had
         # produced and delivered all of its splits by then would leave nothing to lease again).
+        # The kill comes after the first trainer read 3 elements, inside the first split (4
+        # batches) of each worker: workers ask for their next split as they start one, so later
+        # (after 15 elements, as before) the 60 batches may all be leased and the killed worker's
+        # delivered, which it then was in 1 of 5 runs.
         for _ in range(2):
             add_worker(cluster, "--threads", "1", "--cache-bytes", "1M", "--buffer-bytes", "1M")
         assert cluster.wait_for_log(r"worker 2 (joined )?at ", 20), cluster.log()
         folder = str(tmp_path / "trainers")
         procs, outs = start_trainers(cluster, spec, [0.03, 0.03, 0.03], "recompute", folder)
         go(folder)
-        wait_until_read(outs[0], 15)
+        wait_until_read(outs[0], 3)
         cluster.workers[0].kill()  # kill -9, mid-epoch
         cluster.workers[0].wait()
         before = len(journal_records(cluster))
