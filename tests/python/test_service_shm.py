@@ -140,7 +140,7 @@ def test_large_samples_reach_the_consumer_as_the_worker_s_file_pages(stoker_bin,
     mapping of each shard) reach a consumer on the same host as ranges of those files, which the
     consumer maps itself (docs/protocol.md, "Shared memory"): `stoker consume --digest` equals
     `stoker run --digest`, the worker counts the bytes it handed that way, and what a Python
-    consumer received stays readable after the worker is killed with SIGKILL."""
+    consumer received in two epochs stays readable after the worker is killed with SIGKILL."""
     tree = tmp_path / "tree" / "c"
     tree.mkdir(parents=True)
     contents = {}
@@ -171,12 +171,14 @@ def test_large_samples_reach_the_consumer_as_the_worker_s_file_pages(stoker_bin,
         file_bytes = worker_metric(worker.http_port, "stoker_worker_shm_file_bytes_total")
         assert file_bytes >= 20 * (300 << 10), file_bytes  # shards just written: in the cache
 
+        # Two epochs, as a trainer iterates (each iteration is the next epoch), both kept.
         served = stoker.Pipeline.from_spec(spec_json).distribute(dispatcher=cluster.address)
-        received = list(served)
+        epochs = [list(served), list(served)]
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=20)
-        assert sorted(b["__keys__"][0] for b in received) == sorted(contents)
-        for b in received:  # read after the worker is gone: the consumer's own mapping
-            assert not b["bin"].flags.writeable
-            assert b["bin"].tobytes() == contents[b["__keys__"][0]], b["__keys__"]
+        for received in epochs:
+            assert sorted(b["__keys__"][0] for b in received) == sorted(contents)
+            for b in received:  # read after the worker is gone: the consumer's own mapping
+                assert not b["bin"].flags.writeable
+                assert b["bin"].tobytes() == contents[b["__keys__"][0]], b["__keys__"]
         served.close()
