@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -203,6 +204,38 @@ TEST_F(ServiceRpcTest, AWorkerAnsweringGarbageDoesNotDisturbAJob) {
     }
   });
   ExpectNormalJobCompletes(1000);
+}
+
+// A consumer that is busy (not waiting for data) learns of a worker that joins from its held
+// heartbeat, not at its next interval: the autoscaler's new workers serve a trainer as soon as they
+// register (docs/protocol.md, "Job life cycle"). The interval here is 3 s; the trainer computes
+// past its first held heartbeat, so the one in flight when the worker joins was sent while it was
+// not waiting; the new worker must be asked within 1.5 s of joining.
+TEST_F(ServiceRpcTest, ABusyConsumerLearnsOfAJoiningWorkerBeforeItsNextInterval) {
+  std::optional<FakeWorker> joined;  // outlives the client, which may still be asking it
+  absl::Notification asked;
+  ServiceClientOptions o;
+  o.dispatcher_address = StrCat("127.0.0.1:", dispatcher_->port());
+  o.dispatcher_patience = 20000ms;
+  o.heartbeat_interval = 3000ms;
+  WithinDeadline(120s, "the consumer", [&] {
+    auto client = ServiceClient::Open(o, RangeSpec(1000000));
+    ASSERT_TRUE(client.ok()) << client.status();
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->GetNext().ok());
+    absl::SleepFor(absl::Milliseconds(3500));  // a long step: the first held heartbeat expires
+    joined.emplace(o.dispatcher_address, [&] {
+      if (!asked.HasBeenNotified()) asked.Notify();
+      absl::SleepFor(absl::Milliseconds(20));  // nothing to send: the client asks again
+      return std::string();                    // an empty GetElementsResponse
+    });
+    const auto deadline = absl::Now() + absl::Milliseconds(1500);
+    while (!asked.HasBeenNotified() && absl::Now() < deadline) {
+      auto e = (*client)->GetNext();  // the job's own worker keeps it supplied
+      ASSERT_TRUE(e.ok() && e->has_value()) << e.status();
+      absl::SleepFor(absl::Milliseconds(1));  // a trainer's step
+    }
+    EXPECT_TRUE(asked.HasBeenNotified()) << "the joined worker was not asked within 1.5 s";
+  });
 }
 
 // Consumes a job of RangeSpec(n) from the dispatcher until its end or an error (returned),

@@ -428,6 +428,7 @@ ServiceClient::~ServiceClient() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     client_id = client_id_;
+    CancelLongPollLocked();
   }
   if (heartbeat_.joinable()) heartbeat_.join();  // no new fetch threads after this
   {
@@ -488,21 +489,28 @@ absl::Status ServiceClient::WaitForJobInfo(absl::Duration timeout) {
 void ServiceClient::HeartbeatLoop() {
   while (true) {
     ClientHeartbeatRequest req;
+    grpc::ClientContext ctx;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       req = HeartbeatRequestLocked();
+      if (req.wait_ms() > 0) long_poll_ = &ctx;
     }
     ClientHeartbeatResponse resp;
-    grpc::ClientContext ctx;
     SetDeadline(&ctx, std::chrono::seconds(5));
     const auto sent = Clock::now();
     grpc::Status s = dispatcher_->ClientHeartbeat(&ctx, req, &resp);
     // A reply held for wait_ms took part of the interval already.
     const auto held = s.ok() && req.wait_ms() > 0 ? Clock::now() - sent : Clock::duration::zero();
     absl::MutexLock lock(&mu_);
+    const bool cut_short = long_poll_cancelled_;  // by HeartbeatNowLocked or the destructor
+    long_poll_ = nullptr;
+    long_poll_cancelled_ = false;
+    const size_t known = fetchers_.size();
     if (s.ok()) {
       ApplyHeartbeatLocked(req, resp);
+    } else if (cut_short && s.error_code() == grpc::StatusCode::CANCELLED) {
+      continue;  // a long poll this client ended itself: the heartbeat it wants goes out now
     } else {
       HeartbeatFailedLocked(s, Clock::now());
     }
@@ -513,11 +521,34 @@ void ServiceClient::HeartbeatLoop() {
     }
     // After a failed heartbeat, wait the whole interval even if GetNext asks for one now.
     if (s.ok()) heartbeat_now_ = false;
+    // A reply that named a new worker: the next long poll starts now, so that a second worker
+    // joining just after the first (the autoscaler starts several at once) is not learned of one
+    // interval later. Each such turn follows a worker that joined, so this cannot spin.
+    if (s.ok() && fetchers_.size() > known) continue;
+    // A plain heartbeat (it had acknowledgements to send, or was wanted now) is followed by the
+    // long poll at once: it is paced by the dispatcher's hold, and a worker that joined meanwhile
+    // is learned of now, not an interval later.
+    if (s.ok() && req.wait_ms() == 0 && LongPollLocked()) continue;
     auto wake = [&] { return stopping_ || (s.ok() && heartbeat_now_); };
     mu_.AwaitWithTimeout(absl::Condition(&wake),
                          absl::FromChrono(std::max<Clock::duration>(
                              Clock::duration::zero(), options_.heartbeat_interval - held)));
   }
+}
+
+void ServiceClient::HeartbeatNowLocked() {
+  heartbeat_now_ = true;
+  CancelLongPollLocked();
+}
+
+void ServiceClient::CancelLongPollLocked() {
+  if (long_poll_ == nullptr || long_poll_cancelled_) return;
+  long_poll_->TryCancel();
+  long_poll_cancelled_ = true;
+}
+
+bool ServiceClient::LongPollLocked() const {
+  return to_ack_.empty() && !heartbeat_now_ && client_id_ != 0 && !finished_;
 }
 
 ClientHeartbeatRequest ServiceClient::HeartbeatRequestLocked() {
@@ -541,8 +572,10 @@ ClientHeartbeatRequest ServiceClient::HeartbeatRequestLocked() {
   }
   for (const auto& [id, f] : fetchers_)
     if (f->ended) req.add_ended_workers(id);
-  // Waiting for data with nothing to acknowledge: learn of a new worker as soon as it joins.
-  if (blocked_ && to_ack_.empty() && client_id_ != 0 && !finished_) {
+  // Nothing to acknowledge: the dispatcher holds the reply until the job's workers change (or
+  // its size, epochs or end), so this consumer fetches from a new worker as soon as it joins, not
+  // up to an interval later. A heartbeat wanted now (HeartbeatNowLocked) cancels the hold.
+  if (LongPollLocked()) {
     req.set_wait_ms(options_.heartbeat_interval.count());
     for (const auto& [id, f] : fetchers_) req.add_known_workers(id);
   }

@@ -103,6 +103,11 @@ void SetClientSecurity(ConsumerOptions* options, const SecurityOptions& security
 // The most fetch threads a client runs, however many workers serve the job.
 inline constexpr int kMaxFetchThreads = 32;
 
+// Once it has delivered this many elements, a consumer heartbeats at once (not at its next
+// interval), so that an autoscaling dispatcher's first look measures its demand that early
+// (AutoscalerConfig::first_look_elements).
+inline constexpr int64_t kFirstLookElements = 3;
+
 // "grpc://host:port" or "host:port" -> "host:port"; an error naming the address otherwise.
 absl::StatusOr<std::string> NormalizeDispatcherAddress(std::string_view address);
 
@@ -231,6 +236,11 @@ class ServiceClient {
   // What the dispatcher hears from this consumer: its id (or registration), time, deliveries,
   // splits to acknowledge and held ones, workers whose streams ended.
   ClientHeartbeatRequest HeartbeatRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the next heartbeat is a long poll (wait_ms): nothing to acknowledge, none wanted now.
+  bool LongPollLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the next heartbeat now: sets heartbeat_now_ and ends a long poll in flight.
+  void HeartbeatNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CancelLongPollLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat's reply says: the job's parameters, acknowledged splits, the workers (a
   // fetcher for each new one, fetch threads to match), the job's error or end.
   void ApplyHeartbeatLocked(const ClientHeartbeatRequest& req, const ClientHeartbeatResponse& resp)
@@ -307,6 +317,10 @@ class ServiceClient {
   // GetNext is starved while splits wait for acknowledgement (e.g. at the end of the job): the
   // heartbeat goes out now instead of at the next interval. Cleared once that heartbeat is back.
   bool heartbeat_now_ ABSL_GUARDED_BY(mu_) = false;
+  // The heartbeat in flight while it is a long poll (wait_ms), owned by the heartbeat thread, so
+  // that HeartbeatNowLocked and the destructor can end the hold; whether they did.
+  grpc::ClientContext* long_poll_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool long_poll_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool job_info_ ABSL_GUARDED_BY(mu_) = false;  // a heartbeat reply told the job's parameters
   int64_t num_samples_ ABSL_GUARDED_BY(mu_) = 0;

@@ -21,7 +21,7 @@ absl::StatusOr<std::string> ServiceClient::Checkpoint() {
         "(per-sample ops and one batch op: no filter, bucket_by_length, take, skip or repeat)");
   if (num_samples_ <= 0 && resume_samples_ <= 0 && (epoch_elements_ > 0 || !places_.empty())) {
     // Elements came before a heartbeat told the job's size: ask for one now.
-    heartbeat_now_ = true;
+    HeartbeatNowLocked();
     auto known = [&] { return num_samples_ > 0 || !error_.ok() || stopping_; };
     mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(10));
   }

@@ -137,6 +137,7 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNext(absl::Durati
     if (stats_.first_wait_seconds == 0 && stats_.elements > 0)
       stats_.first_wait_seconds = std::max(stats_.wait_seconds, 1e-9);
     last_return_ = now;
+    if (stats_.elements == kFirstLookElements && host.ok()) HeartbeatNowLocked();
   }
   ASSIGN_OR_RETURN(std::optional<data::Element> e, std::move(host));
   if (!e || !device_stage_) return e;
@@ -164,7 +165,7 @@ absl::StatusOr<std::optional<data::Element>> ServiceClient::GetNextHost(absl::Du
       }
       // Starved with acknowledgements pending: they may end the epoch or the job, so the
       // heartbeat goes out now.
-      if (!to_ack_.empty()) heartbeat_now_ = true;
+      if (!to_ack_.empty()) HeartbeatNowLocked();
       blocked_ = true;
       size_t held = items_.size() + fifo_.size();
       bool was_finished = finished_;

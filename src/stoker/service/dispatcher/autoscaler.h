@@ -36,8 +36,12 @@ struct AutoscalerConfig {
   int down_confirm = 3;             // intervals in a row that must call for fewer workers
   double helped_improvement = 0.1;  // a hill-climbing addition helped: stall fell by this share
   // A new consumer's first look: the dispatcher measures and decides at the consumer's first
-  // heartbeat after it has read this long, without waiting for the interval's end.
+  // heartbeat after it has read this long, or that reports first_look_elements delivered (the
+  // first and two that followed the trainer's work: enough to tell its demand), whichever comes
+  // first, without waiting for the interval's end. The consumer heartbeats at once when it has
+  // delivered that many (ServiceClient's kFirstLookElements).
   std::chrono::milliseconds first_look{150};
+  int first_look_elements = 3;
 };
 
 // The load over one interval (the dispatcher measures it from the heartbeats).

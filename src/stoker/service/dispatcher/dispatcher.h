@@ -134,7 +134,8 @@ class Dispatcher {
   void MonitorPeers();
   void CheckClients(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A heartbeat's wait_ms: holds (releasing mu_) until the job's workers differ from the
-  // consumer's known_workers, the job or the consumer is gone, finished or failed, or wait_ms.
+  // consumer's known_workers, the job or the consumer is gone, finished or failed, its size or
+  // epochs done change (what the reply tells), or wait_ms.
   void AwaitWorkerChange(const ClientHeartbeatRequest& req, int64_t client_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a consumer; the job errs (coordinated) or ends (no consumer left) as the rules say.

@@ -1,6 +1,7 @@
 // The dispatcher's side of autoscaling that a policy unit test cannot see (docs/operations.md,
-// "Autoscaler"): a new consumer's first look decides without waiting for an interval's end, and
-// a starving consumer's held heartbeat returns as soon as a worker joins (docs/protocol.md). A
+// "Autoscaler"): a new consumer's first look decides without waiting for an interval's end (at
+// its third element or after 150 ms), and a consumer's held heartbeat returns as soon as a worker
+// joins or the job's size is known (docs/protocol.md). A
 // real Dispatcher over real gRPC on loopback; the consumer and workers are heartbeats sent by the
 // test, and the actuator records what it is asked for.
 #include <grpcpp/grpcpp.h>
@@ -14,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "stoker/core/strings.h"
 #include "stoker/data/pipeline.h"
+#include "stoker/service/client/client.h"
 #include "stoker/service/common/grpc_util.h"
 #include "stoker/service/dispatcher/dispatcher.h"
 #include "stoker/testing/subprocess.h"
@@ -53,6 +55,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     d.load_interval = std::chrono::hours(1);
     d.autoscaler.min_workers = 1;
     d.autoscaler.max_workers = 6;
+    Configure(&d);
     auto dispatcher = Dispatcher::Start(d);
     ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
     dispatcher_ = std::move(*dispatcher);
@@ -61,6 +64,8 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     dispatcher_->StartAutoscaler(std::move(actuator));
     stub_ = DispatcherService::NewStub(MakeChannel(StrCat("127.0.0.1:", dispatcher_->port())));
   }
+
+  virtual void Configure(DispatcherOptions*) {}
 
   int64_t RegisterWorker(const std::string& address) {
     WorkerHeartbeatRequest req;
@@ -113,6 +118,67 @@ TEST_F(DispatcherAutoscaleTest, ANewConsumersFirstLookDecidesWithoutWaitingForTh
   hb.set_delivered_elements(6);
   ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
   EXPECT_EQ(actuator_->WaitForAtLeast(3, absl::Seconds(30)), 3);
+}
+
+// The same dispatcher, its first look never due by time: only the elements can bring it.
+class DispatcherAutoscaleElementsTest : public DispatcherAutoscaleTest {
+  void Configure(DispatcherOptions* d) override { d->autoscaler.first_look = std::chrono::hours(1); }
+};
+
+TEST_F(DispatcherAutoscaleElementsTest, TheFirstLookComesWithTheThirdElement) {
+  RegisterWorker("127.0.0.1:1");
+  ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);
+  ClientHeartbeatRequest hb;
+  hb.set_job_id(CreateJob());
+  ClientHeartbeatResponse resp;
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
+  hb.set_client_id(resp.client_id());
+  // Two elements: not yet (no decision can come from time either).
+  hb.set_wait_seconds(0.1 + 0.018);
+  hb.set_first_wait_seconds(0.1);
+  hb.set_compute_seconds(0.012);
+  hb.set_delivered_elements(2);
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
+  EXPECT_EQ(actuator_->WaitForAtLeast(2, absl::Milliseconds(300)), 1);
+  // The third, as ServiceClient sends it at once: the first and two at 12 ms of work, waiting
+  // 18 ms for each (stall 0.6). The rule: 1.1 * (2 / 0.024) / (2 / 0.06 per worker) = 2.75, so 3.
+  static_assert(kFirstLookElements == 3);
+  hb.set_wait_seconds(0.1 + 2 * 0.018);
+  hb.set_compute_seconds(2 * 0.012);
+  hb.set_delivered_elements(kFirstLookElements);
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
+  EXPECT_EQ(actuator_->WaitForAtLeast(3, absl::Seconds(30)), 3);
+}
+
+TEST_F(DispatcherAutoscaleTest, AHeldHeartbeatReturnsWhenAWorkerCountsTheJob) {
+  const int64_t worker = RegisterWorker("127.0.0.1:1");
+  ClientHeartbeatRequest hb;
+  hb.set_job_id(CreateJob());
+  ClientHeartbeatResponse resp;
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
+  ASSERT_EQ(resp.num_samples(), 0);  // no worker has counted it yet
+  hb.set_client_id(resp.client_id());
+  hb.set_wait_ms(8000);
+  hb.add_known_workers(worker);
+  ClientHeartbeatResponse held;
+  grpc::Status status;
+  const auto sent = std::chrono::steady_clock::now();
+  std::thread consumer([&] { status = ClientHeartbeat(hb, &held); });
+  absl::SleepFor(absl::Milliseconds(300));
+  GetSplitRequest split;
+  split.set_worker_id(worker);
+  split.set_job_id(hb.job_id());
+  split.set_wanted_samples(10);
+  split.set_last_split_id(-1);
+  split.set_num_samples(1000);
+  GetSplitResponse granted;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, 10s);
+  ASSERT_TRUE(stub_->GetSplit(&ctx, split, &granted).ok());
+  consumer.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(held.num_samples(), 1000);
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, 7s);  // at the count, not at wait_ms
 }
 
 TEST_F(DispatcherAutoscaleTest, AStarvingConsumersHeldHeartbeatReturnsWhenAWorkerJoins) {

@@ -355,7 +355,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       Finite(req.wait_seconds()), Finite(req.compute_seconds()),
       std::max<int64_t>(0, req.delivered_elements()), Finite(req.first_wait_seconds())};
   // A consumer new to this process is measured from its first heartbeat; with an autoscaler, its
-  // first look comes once it has read for first_look (docs/operations.md, "Autoscaler").
+  // first look comes once it has read for first_look or delivered first_look_elements
+  // (docs/operations.md, "Autoscaler").
   if (client_measured_.try_emplace(client_id, totals).second && autoscaler_ != nullptr) {
     first_look_due_[client_id] = Clock::now() + options_.autoscaler.first_look;
     // A pipeline read before: start its workers now, before the first look measures it.
@@ -367,8 +368,11 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     }
   }
   if (auto due = first_look_due_.find(client_id);
-      due != first_look_due_.end() && Clock::now() >= due->second &&
-      totals.elements > client_measured_[client_id].elements) {
+      due != first_look_due_.end() &&
+      (Clock::now() >= due->second
+           ? totals.elements > client_measured_[client_id].elements
+           : totals.elements >= client_measured_[client_id].elements +
+                                    options_.autoscaler.first_look_elements)) {
     first_look_due_.erase(due);
     measure_now_ = true;
   }
@@ -439,10 +443,19 @@ void Dispatcher::AwaitWorkerChange(const ClientHeartbeatRequest& req, int64_t cl
   // Bounded well inside the client timeout, as a worker's wait.
   auto deadline = absl::Now() + absl::Milliseconds(std::clamp<int64_t>(
                                     req.wait_ms(), 0, options_.client_timeout.count() / 3));
+  // The reply's other news: the job's size (once a worker counted it) and its epochs done.
+  const auto* first = state_.FindJob(req.job_id());
+  if (first == nullptr) return;
+  const int64_t epochs_client = first->cross_trainer_cache ? client_id : 0;
+  const auto news = [&](const auto& job) {
+    return std::pair(job.num_samples, job.epochs_done(epochs_client));
+  };
+  const auto told = news(*first);
   while (!stopping_ && absl::Now() < deadline) {
     const auto* job = state_.FindJob(req.job_id());
     if (job == nullptr || !state_.clients().count(client_id) || state_.JobFinished(*job) ||
-        !job->error.empty() || !job->ended.empty() || served(job->id) != known)
+        !job->error.empty() || !job->ended.empty() || served(job->id) != known ||
+        news(*job) != told)
       break;
     const int64_t version = updates_;
     auto changed = [&] { return stopping_ || updates_ != version; };
