@@ -244,7 +244,7 @@ absl::Status RunConsume(const ConsumeOptions& o) {
   std::fprintf(stderr,
                "consumed %lld elements (%lld samples, %.1f MB) of job %lld in %.2f s: %.0f "
                "elements/s, %.1f MB/s; %lld duplicates dropped; first element after %.0f ms; "
-               "waited %.2f s for data, computed %.2f s (stall ratio %.3f)\n",
+               "waited %.3f s for data, computed %.2f s (stall ratio %.4f)\n",
                static_cast<long long>(elements), static_cast<long long>(samples), stats.bytes / 1e6,
                static_cast<long long>(client->job_id()), seconds, elements / seconds,
                stats.bytes / 1e6 / seconds, static_cast<long long>(stats.duplicates),
