@@ -122,7 +122,9 @@ TEST_F(DispatcherAutoscaleTest, ANewConsumersFirstLookDecidesWithoutWaitingForTh
 
 // The same dispatcher, its first look never due by time: only the elements can bring it.
 class DispatcherAutoscaleElementsTest : public DispatcherAutoscaleTest {
-  void Configure(DispatcherOptions* d) override { d->autoscaler.first_look = std::chrono::hours(1); }
+  void Configure(DispatcherOptions* d) override {
+    d->autoscaler.first_look = std::chrono::hours(1);
+  }
 };
 
 TEST_F(DispatcherAutoscaleElementsTest, TheFirstLookComesWithTheThirdElement) {

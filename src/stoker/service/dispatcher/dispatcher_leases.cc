@@ -371,8 +371,8 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
       due != first_look_due_.end() &&
       (Clock::now() >= due->second
            ? totals.elements > client_measured_[client_id].elements
-           : totals.elements >= client_measured_[client_id].elements +
-                                    options_.autoscaler.first_look_elements)) {
+           : totals.elements >=
+                 client_measured_[client_id].elements + options_.autoscaler.first_look_elements)) {
     first_look_due_.erase(due);
     measure_now_ = true;
   }
