@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "stoker/core/strings.h"
 #include "stoker/core/thread_pool.h"
 #include "stoker/io/local/local_store.h"
+#include "stoker/io/read/range_plan.h"
 #include "stoker/io/read/ranged_reader.h"
 #include "stoker/io/store_factories.h"
 #include "stoker/io/url.h"
@@ -108,6 +110,16 @@ uint64_t PartSizeForLatency(absl::Duration round_trip, const io::ReaderOptions& 
   return std::max<uint64_t>(std::min(part, options.part_size), 1);
 }
 
+// How many parts `stoker cat` into a file starts with in flight (of at most `max`), from the
+// Stat's round trip (connection set-up included). Under 2 ms (the same host or a LAN) a part waits
+// little for its first byte and one transport thread receives every byte, so two parts keep it
+// busy; more add connections whose server threads (on the same host: on the same cores) and
+// receive buffers compete with it. PartWindow then opens more while that raises the rate (a server
+// whose connections are slow). A longer round trip starts at `max`: the parts hide the latency.
+int InitialPartsInFlight(absl::Duration round_trip, int max) {
+  return round_trip < absl::Milliseconds(2) ? std::min(2, max) : max;
+}
+
 // The parts of a range of an object, as StreamObject and WriteObjectInPlace fetch them.
 struct PartPlan {
   io::ObjectInfo info;  // from Stat: every part is pinned to info.etag
@@ -115,6 +127,7 @@ struct PartPlan {
   uint64_t end = 0;
   uint64_t part = 0;  // bytes per part (the last may be shorter)
   size_t parts = 0;
+  absl::Duration round_trip;  // of the Stat, connection set-up included
 };
 
 // Stats the object and splits `range` into parts of options.part_size bytes, or with
@@ -129,10 +142,11 @@ absl::StatusOr<PartPlan> PlanParts(io::ObjectStore& store, std::string_view key,
     return absl::OutOfRangeError(StrCat("offset ", range.offset, " is past the end of ",
                                         store.Url(key), " (", plan.info.size, " bytes)"));
   }
+  plan.round_trip = absl::Now() - stat_start;
   plan.begin = range.offset;
   plan.end = std::min<uint64_t>(range.end(), plan.info.size);
-  plan.part = size_parts_by_latency ? PartSizeForLatency(absl::Now() - stat_start, options)
-                                    : options.part_size;
+  plan.part =
+      size_parts_by_latency ? PartSizeForLatency(plan.round_trip, options) : options.part_size;
   plan.parts = static_cast<size_t>((plan.end - plan.begin + plan.part - 1) / plan.part);
   return plan;
 }
@@ -202,7 +216,8 @@ std::optional<uint64_t> PositionalOutput(int fd) {
 
 // Writes `range` of an object into `fd` from file offset `position` on, each part with pwrite
 // straight from the store's responses as they arrive (ObjectStore::ReadToAsync: no part buffers,
-// no copy), up to `in_flight` parts at a time, in the parts of PlanParts pinned to one ETag. The
+// no copy), up to `in_flight` parts at a time (over a short round trip fewer, as long as more do
+// not help: InitialPartsInFlight, PartWindow), in the parts of PlanParts pinned to one ETag. The
 // file fills out of order; when all is written, the descriptor's position is moved past it (so
 // `{ stoker cat a; stoker cat b; } > f` concatenates). On an error, what was written stays.
 absl::Status WriteObjectInPlace(io::ObjectStore& store, std::string_view key, io::ByteRange range,
@@ -211,15 +226,17 @@ absl::Status WriteObjectInPlace(io::ObjectStore& store, std::string_view key, io
   ASSIGN_OR_RETURN(PartPlan plan, PlanParts(store, key, range, options,
                                             /*size_parts_by_latency=*/true));
   struct State {
+    explicit State(int initial, int max) : window(initial, max) {}
     absl::Mutex mu;
     int in_flight ABSL_GUARDED_BY(mu) = 0;
+    io::PartWindow window ABSL_GUARDED_BY(mu);
     absl::Status error ABSL_GUARDED_BY(mu);
-  } state;
+  } state(InitialPartsInFlight(plan.round_trip, in_flight), in_flight);
   for (size_t i = 0; i < plan.parts; ++i) {
     {
       absl::MutexLock lock(&state.mu);
       auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(state.mu) {
-        return state.in_flight < in_flight || !state.error.ok();
+        return state.in_flight < state.window.window() || !state.error.ok();
       };
       state.mu.Await(absl::Condition(&room));
       if (!state.error.ok()) break;
@@ -239,7 +256,9 @@ absl::Status WriteObjectInPlace(io::ObjectStore& store, std::string_view key, io
           if (!state.error.ok()) return;
           if (!written.ok()) {
             state.error = written.status();
-          } else if (*written != length) {
+          } else if (*written == length) {
+            state.window.PartDone(length, absl::Now());
+          } else {
             state.error = absl::DataLossError(
                 StrCat("reading bytes ", offset, "-", offset + length - 1, " of ", url, ": got ",
                        *written, " bytes; the object changed during the read"));

@@ -125,4 +125,36 @@ absl::Duration LatencyTracker::HedgeDelay() const {
   return std::max(options_.floor, Median() * options_.multiple);
 }
 
+PartWindow::PartWindow(int initial, int max)
+    : window_(std::clamp(initial, 1, std::max(1, max))),
+      max_(std::max(1, max)),
+      settled_(window_ >= max_) {}
+
+void PartWindow::PartDone(uint64_t bytes, absl::Time now) {
+  if (settled_) return;
+  if (since_ == absl::InfinitePast()) {  // the first completion starts the first measurement
+    since_ = now;
+    return;
+  }
+  bytes_ += bytes;
+  if (++parts_ < std::max(2, window_)) return;
+  const double seconds = absl::ToDoubleSeconds(now - since_);
+  const double rate = seconds > 0 ? static_cast<double>(bytes_) / seconds : 0;
+  if (previous_window_ > 0 && rate < 1.25 * previous_rate_) {
+    window_ = previous_window_;  // the doubling did not pay: back, for good
+    settled_ = true;
+    return;
+  }
+  if (window_ >= max_) {  // it paid, and there is no more room
+    settled_ = true;
+    return;
+  }
+  previous_window_ = window_;
+  previous_rate_ = rate;
+  window_ = std::min(2 * window_, max_);
+  since_ = now;
+  bytes_ = 0;
+  parts_ = 0;
+}
+
 }  // namespace stoker::io

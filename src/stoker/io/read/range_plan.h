@@ -127,4 +127,29 @@ class LatencyTracker {
   int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// How many parts of a streamed range to keep in flight (`stoker cat`; docs/io.md, "Parts in
+// flight"). It starts at `initial` and doubles, up to `max`, while a doubling raises the rate at
+// which parts complete by at least a quarter; once a doubling did not, it goes back to the window
+// before it and stays there. The rate at a window is measured over the `window` parts (at least 2)
+// that complete after the completion that set it, so the first part's connection set-up and the
+// parts asked for under the previous window weigh little. Started at `max`, it never changes.
+// Thread safety: none (the caller's lock).
+class PartWindow {
+ public:
+  PartWindow(int initial, int max);
+  int window() const { return window_; }
+  // A part of `bytes` completed at `now`.
+  void PartDone(uint64_t bytes, absl::Time now);
+
+ private:
+  int window_;
+  const int max_;
+  bool settled_;
+  absl::Time since_ = absl::InfinitePast();  // the completion the measurement counts from
+  uint64_t bytes_ = 0;                       // completed since then
+  int parts_ = 0;
+  int previous_window_ = 0;   // the window before the last doubling; 0: none yet
+  double previous_rate_ = 0;  // bytes/s measured at previous_window_
+};
+
 }  // namespace stoker::io

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "stoker/io/read/ranged_reader.h"
 
 namespace stoker::io {
@@ -150,6 +152,48 @@ TEST(LatencyTrackerTest, WindowForgetsOldSamples) {
   for (size_t i = 0; i < LatencyTracker::kWindow; ++i) tracker.Record(absl::Milliseconds(1));
   for (size_t i = 0; i < LatencyTracker::kWindow; ++i) tracker.Record(absl::Milliseconds(7));
   EXPECT_EQ(tracker.Median(), absl::Milliseconds(7));
+}
+
+// Completes parts of 4 MiB one after another, each at the rate (bytes/s) that `rate` gives for
+// the window in force, and returns the window after `parts` more of them.
+struct PartClock {
+  int After(PartWindow& w, int parts, const std::function<double(int)>& rate) {
+    constexpr uint64_t kPart = 4 << 20;
+    for (int i = 0; i < parts; ++i) {
+      now += absl::Seconds(static_cast<double>(kPart) / rate(w.window()));
+      w.PartDone(kPart, now);
+    }
+    return w.window();
+  }
+  absl::Time now = absl::UnixEpoch();
+};
+
+TEST(PartWindowTest, StartedAtTheMaximumItStays) {
+  PartWindow w(16, 16);
+  EXPECT_EQ(PartClock().After(w, 100, [](int) { return 1e9; }), 16);
+}
+
+TEST(PartWindowTest, GoesBackWhenDoublingDoesNotRaiseTheRate) {
+  // One receiving thread at 3 GB/s: more parts in flight do not help (the loopback).
+  PartWindow w(2, 16);
+  PartClock clock;
+  EXPECT_EQ(clock.After(w, 3, [](int) { return 3e9; }), 4);  // the first completion + 2 measured
+  EXPECT_EQ(clock.After(w, 100, [](int) { return 3e9; }), 2);
+  // 10% more from 4 parts is not worth them either.
+  PartWindow v(2, 16);
+  EXPECT_EQ(PartClock().After(v, 100, [](int n) { return n == 2 ? 3e9 : 3.3e9; }), 2);
+}
+
+TEST(PartWindowTest, GrowsWhileEachConnectionIsSlow) {
+  // A server whose connections move 200 MB/s each: the rate follows the parts in flight.
+  PartWindow w(2, 16);
+  EXPECT_EQ(PartClock().After(w, 100, [](int n) { return n * 200e6; }), 16);
+  // ...up to where the receiving thread is the limit (3 GB/s): 8 parts give 1.6 GB/s, 16 give
+  // 3 GB/s (1.9x), 32 no more. A maximum that is not a power of two: back to the window before.
+  PartWindow v(2, 32);
+  EXPECT_EQ(PartClock().After(v, 200, [](int n) { return std::min(n * 200e6, 3e9); }), 16);
+  PartWindow u(2, 12);
+  EXPECT_EQ(PartClock().After(u, 200, [](int n) { return std::min(n * 200e6, 1.7e9); }), 8);
 }
 
 }  // namespace
