@@ -234,18 +234,20 @@ element (about 83 elements/s), {SAMPLES} elements: 3 workers needed. Autoscaler 
 The whole-run stall ratio of the autoscaled set-up includes its ramp-up from 1 worker. The
 autoscaler decides at the consumer's first look: the heartbeat it sends on its third element (the
 first, and two that followed the trainer's work), about 60 ms after the first element, at one
-worker's 33 elements/s. The new worker processes then start and register (about 30 ms), and the
-consumer, whose heartbeat is a long poll held until the job's workers change, reads from them as
-soon as they registered; their first element comes about 75 ms later (their start-up and one
-element's 30 ms). Until then the trainer gets a third of what it asks for: waiting about 0.08 s
-more than with the pool, whatever the job's length, so the whole-run ratio shrinks as the job
-grows (this job lasts about 22 s; a training job of hours would see the steady-state figure).
-That is the floor of starting workers on demand for a pipeline the dispatcher has not seen: its
-demand cannot be measured before the trainer took a few elements. The second job of the same
-pipeline on the same dispatcher (started once the pool is back at 1 worker) starts from the need
-the dispatcher remembered from the first: its workers are asked for when its consumer registers,
-before the first element, and deliver about when the first worker's first element does. The
-steady-state column compares the set-ups once 3 workers run.
+worker's 33 elements/s. It wakes the dispatcher's 2 standby workers (processes started with the
+dispatcher, their binary loaded and servers up, not registered): they register about 5 ms later
+(a started process needs 20-30 ms), and the consumer, whose heartbeat is a long poll held until
+the job's workers change, reads from them at once; their first element comes one element's time
+(30 ms) later. Until then the trainer gets a third of what it asks for: waiting about 0.07 s more
+than with the pool, whatever the job's length, so the whole-run ratio shrinks as the job grows
+(this job lasts about 22 s; a training job of hours would see the steady-state figure). That is
+the floor of starting workers on demand for a pipeline the dispatcher has not seen: its demand
+cannot be measured before the trainer took a few elements. The second job of the same pipeline on
+the same dispatcher (started once the pool is back at 1 worker) starts from the need the
+dispatcher remembered from the first: its workers are woken when its consumer registers, before
+the first element, and deliver about when the first worker's first element does. The
+steady-state column compares the set-ups once 3 workers run; both stall about 0.1-0.2% of the
+time there, so its ratio moves with noise of a few ms.
 
 A change after settling, where there is one, comes at the job's end: once every split is handed
 out the workers idle while the trainer reads what they buffered, and after 3 idle intervals the

@@ -10,7 +10,8 @@ one change after reaching 3), that the status page and /metrics show the target,
 is delivered exactly once, that when the consumer ends the extra workers are drained (each tells
 the dispatcher it leaves and exits 0; none is lost or killed), that the same consumer run again
 starts from the need the dispatcher remembered for the pipeline, and that no worker process is
-left once the dispatcher exits.
+left once the dispatcher exits. The scale-ups wake standby workers (started, not registered)
+instead of starting processes; those never woken end with the dispatcher.
 
 Usage: autoscaler_test.py STOKER SLEEP_PLUGIN OUT_DIR
 """
@@ -30,12 +31,18 @@ SAMPLES = 1500
 NEEDED = 3
 
 
+def worker_pids(log):
+    """The workers started so far: processes started as workers, and standby workers woken."""
+    return [int(p) for p in re.findall(r"autoscaler: (?:started|woke standby) worker pid (\d+)",
+                                       log)]
+
+
 def scale_down_to_one(http, derr, job):
     """Waits until the target and the registered workers are 1 and every worker started but the
     first has drained and exited 0; returns the pids of the workers started so far."""
     wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
              metric(http, "stoker_dispatcher_workers") == 1, f"the scale-down after {job}", 30)
-    pids = [int(p) for p in re.findall(r"autoscaler: started worker pid (\d+)", read(derr))]
+    pids = worker_pids(read(derr))
     wait_for(lambda: len(re.findall(r"worker pid \d+ drained and exited \(exit status 0\)",
                                     read(derr))) == len(pids) - 1,
              f"the drained workers of {job} to exit", 20)
@@ -156,16 +163,25 @@ def main():
     drained = re.findall(r"worker pid (\d+) drained and exited \(exit status 0\)", log)
     if sorted(map(int, drained)) != sorted(pids):
         fail(f"workers started {pids}, drained with exit status 0 {drained}:\n{log}")
+    # Standby workers (--standby-workers, default 2): the scale-ups woke them instead of starting
+    # processes, and those never woken ended with the dispatcher, exit status 0.
+    standby = [int(p) for p in re.findall(r"started standby worker pid (\d+)", log)]
+    woken = [int(p) for p in re.findall(r"woke standby worker pid (\d+)", log)]
+    ended = [int(p) for p in re.findall(r"standby worker pid (\d+) ended \(exit status 0\)", log)]
+    if not woken:
+        fail(f"no scale-up woke a standby worker:\n{log}")
+    if sorted(woken + ended) != sorted(standby):
+        fail(f"standby workers {standby}: woken {woken}, ended {ended}:\n{log}")
     for bad in ("missed its heartbeats", "exited on its own", "did not drain", "killing it"):
         if bad in log:
             fail(f"'{bad}' in the dispatcher's log:\n{log}")
-    left = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    left = [p for p in pids + ended if os.path.exists(f"/proc/{p}")]
     if left:
         fail(f"worker processes left after the dispatcher exited: {left}")
     decisions = [f"{a} -> {b}" for a, b, _ in ups]
     summary = (f"autoscaler local: OK: {SAMPLES} keys once in {took:.1f} s; decisions "
-               f"{', '.join(decisions)}; {len(pids)} workers started, all drained; "
-               f"load average {os.getloadavg()[0]:.2f}")
+               f"{', '.join(decisions)}; {len(pids)} workers started ({len(woken)} of them "
+               f"standby), all drained; load average {os.getloadavg()[0]:.2f}")
     with open(os.path.join(OUT, "summary.txt"), "w") as f:
         f.write(summary + "\n" + "\n".join(map(str, samples)) + "\n")
     print(summary)

@@ -41,6 +41,7 @@ struct DispatcherCliOptions {
   int max_workers = 8;
   int autoscale_interval_ms = 2000;
   std::vector<std::string> worker_flags;  // local: more `stoker worker` flags
+  int standby_workers = 2;                // local: started, not registered, woken by a scale-up
   std::string k8s_deployment;
   std::string k8s_namespace;
   service::SecurityOptions security;
@@ -85,6 +86,8 @@ absl::Status RunDispatcher(const DispatcherCliOptions& o) {
                                ? StrCat("127.0.0.1:", dispatcher->port())
                                : service::ListenAddress(options.bind_address, dispatcher->port());
     l.worker_flags = o.worker_flags;
+    // More standby workers than the workers the autoscaler may add would never be woken.
+    l.standby = std::min(o.standby_workers, o.max_workers - o.min_workers);
     actuator = std::make_unique<service::LocalWorkerActuator>(l);
   }
   if (actuator) dispatcher->StartAutoscaler(std::move(actuator));
@@ -122,6 +125,7 @@ struct WorkerCliOptions {
   int max_clients_per_job = 1024;
   std::string log_format = "text";
   service::SecurityOptions security;
+  int standby_fd = -1;
 };
 
 absl::Status RunWorker(const WorkerCliOptions& o) {
@@ -178,7 +182,11 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.security = o.security;
   options.max_clients_per_job = o.max_clients_per_job;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port, options.bind_address));
-  ASSIGN_OR_RETURN(auto worker, service::Worker::Start(options));
+  options.standby_fd = o.standby_fd;
+  absl::StatusOr<std::unique_ptr<service::Worker>> started = service::Worker::Start(options);
+  // A standby that was not needed (its dispatcher closed the socket) ends quietly.
+  if (o.standby_fd >= 0 && absl::IsCancelled(started.status())) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto worker, std::move(started));
   // 503 with the reason once the worker is unhealthy (docs/operations.md).
   health->Handle("/healthz", [w = worker.get()](const std::string&) {
     std::string reason = w->unhealthy_reason();
@@ -241,6 +249,11 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
   d->add_option("--worker-flag", dispatcher_options.worker_flags,
                 "--autoscale local: one more argument for every `stoker worker` it starts "
                 "(repeatable, e.g. --worker-flag=--threads --worker-flag=2)");
+  d->add_option("--standby-workers", dispatcher_options.standby_workers,
+                "--autoscale local: worker processes kept started but not registered; a "
+                "scale-up wakes one instead of starting a process, saving its start-up "
+                "(default 2; 0: none); docs/operations.md, \"Autoscaler\"")
+      ->check(CLI::NonNegativeNumber);
   d->add_option("--k8s-deployment", dispatcher_options.k8s_deployment,
                 "--autoscale kubernetes: the workers' Deployment, scaled through its `scale` "
                 "subresource with the pod's service account");
@@ -288,6 +301,11 @@ void RegisterServerCommands(CLI::App& app, absl::Status* result) {
                 "a folder whose plugin libraries clients' specs may load (repeatable; default: "
                 "none, so specs naming plugins are refused). A plugin runs as code in this "
                 "worker: name only folders you control (docs/security.md)");
+  // The local autoscaler's standby workers (LocalActuatorOptions::standby); not for users.
+  w->add_option("--standby-fd", worker_options.standby_fd,
+                "internal: serve, then register only once a byte is read from this descriptor; "
+                "exit at its end of file")
+      ->group("");
   w->add_option("--unhealthy-after", worker_options.unhealthy_after,
                 "after this many tasks in a row failed (e.g. the data cannot be read), the worker "
                 "is unhealthy: it takes no new task and /healthz answers 503 with the reason "

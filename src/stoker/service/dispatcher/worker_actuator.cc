@@ -1,8 +1,10 @@
 #include "stoker/service/dispatcher/worker_actuator.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +53,11 @@ LocalWorkerActuator::~LocalWorkerActuator() {
     if (!c.stopping) ::kill(c.pid, SIGTERM);
     c.stopping = true;
   }
+  for (const Standby& s : standby_) {  // end of file: it exits without registering
+    ::close(s.wake_fd);
+    children_.push_back({s.pid, true, true});
+  }
+  standby_.clear();
   auto deadline = std::chrono::steady_clock::now() + options_.stop_timeout;
   while (!children_.empty() && std::chrono::steady_clock::now() < deadline) {
     Reap(false);
@@ -70,6 +77,12 @@ std::vector<pid_t> LocalWorkerActuator::pids() const {
   return out;
 }
 
+std::vector<pid_t> LocalWorkerActuator::standby_pids() const {
+  std::vector<pid_t> out;
+  for (const Standby& s : standby_) out.push_back(s.pid);
+  return out;
+}
+
 void LocalWorkerActuator::Reap(bool block) {
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
@@ -81,6 +94,8 @@ void LocalWorkerActuator::Reap(bool block) {
     if (r > 0 && !it->stopping) {
       SPDLOG_WARN("autoscaler: worker pid {} exited on its own ({}); another is started", it->pid,
                   Describe(status));
+    } else if (r > 0 && it->standby) {
+      SPDLOG_INFO("autoscaler: standby worker pid {} ended ({})", it->pid, Describe(status));
     } else if (r > 0) {
       SPDLOG_INFO("autoscaler: worker pid {} drained and exited ({})", it->pid, Describe(status));
     }
@@ -88,36 +103,109 @@ void LocalWorkerActuator::Reap(bool block) {
   }
 }
 
-absl::Status LocalWorkerActuator::StartOne() {
+absl::StatusOr<pid_t> LocalWorkerActuator::Spawn(int* wake_fd) {
   std::vector<std::string> args = {options_.executable, "worker", "--dispatcher",
                                    options_.dispatcher_address};
   args.insert(args.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  int sockets[2] = {-1, -1};  // ours, the child's
+  if (wake_fd != nullptr) {
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0)
+      return absl::ResourceExhaustedError(
+          StrCat("autoscaler: cannot start a standby worker: socketpair: ", std::strerror(errno)));
+    args.insert(args.end(), {"--standby-fd", "3"});
+  }
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0)
+  if (pid < 0) {
+    const int error = errno;
+    if (wake_fd != nullptr) {
+      ::close(sockets[0]);
+      ::close(sockets[1]);
+    }
     return absl::ResourceExhaustedError(
-        StrCat("autoscaler: cannot start a worker: fork: ", std::strerror(errno)));
+        StrCat("autoscaler: cannot start a worker: fork: ", std::strerror(error)));
+  }
   if (pid == 0) {
     // The child: only async-signal-safe calls until exec. It drains if the dispatcher dies, keeps
-    // none of the dispatcher's descriptors (its listening sockets, its journal), gets the default
-    // signal mask, and writes its stdout to the dispatcher's stderr (the log).
+    // none of the dispatcher's descriptors (its listening sockets, its journal) but a standby's
+    // socket as descriptor 3, gets the default signal mask, and writes its stdout to the
+    // dispatcher's stderr (the log).
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::dup2(2, 1);
-    ::close_range(3, ~0U, 0);
+    if (wake_fd != nullptr) {
+      if (sockets[1] == 3) {
+        ::fcntl(3, F_SETFD, 0);
+      } else if (::dup2(sockets[1], 3) != 3) {
+        ::_exit(1);
+      }
+    }
+    ::close_range(wake_fd != nullptr ? 4 : 3, ~0U, 0);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  if (wake_fd != nullptr) {
+    ::close(sockets[1]);
+    *wake_fd = sockets[0];
+  }
+  return pid;
+}
+
+absl::Status LocalWorkerActuator::StartOne() {
+  ASSIGN_OR_RETURN(pid_t pid, Spawn(nullptr));
   children_.push_back({pid, false});
   SPDLOG_INFO("autoscaler: started worker pid {}", pid);
   return absl::OkStatus();
+}
+
+bool LocalWorkerActuator::WakeStandby() {
+  while (!standby_.empty()) {
+    Standby s = standby_.front();
+    standby_.erase(standby_.begin());
+    const char go = 1;
+    const bool woken = ::send(s.wake_fd, &go, 1, MSG_NOSIGNAL) == 1;
+    ::close(s.wake_fd);
+    children_.push_back({s.pid, !woken, !woken});  // one that is gone is reaped as ended
+    if (woken) {
+      SPDLOG_INFO("autoscaler: woke standby worker pid {}", s.pid);
+      last_wake_ = std::chrono::steady_clock::now();
+      return true;
+    }
+    SPDLOG_WARN("autoscaler: standby worker pid {} is gone; trying the next", s.pid);
+  }
+  return false;
+}
+
+void LocalWorkerActuator::StartStandby() {
+  // A standby that exited (it failed to start) is reaped and replaced here.
+  for (auto it = standby_.begin(); it != standby_.end();) {
+    int status = 0;
+    if (::waitpid(it->pid, &status, WNOHANG) == it->pid) {
+      SPDLOG_WARN("autoscaler: standby worker pid {} exited ({})", it->pid, Describe(status));
+      ::close(it->wake_fd);
+      it = standby_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (static_cast<int>(standby_.size()) < options_.standby) {
+    Standby s;
+    absl::StatusOr<pid_t> pid = Spawn(&s.wake_fd);
+    if (!pid.ok()) {
+      SPDLOG_WARN("{}", pid.status().ToString());
+      return;
+    }
+    s.pid = *pid;
+    standby_.push_back(s);
+    SPDLOG_INFO("autoscaler: started standby worker pid {}", s.pid);
+  }
 }
 
 void LocalWorkerActuator::Tick() {
@@ -125,17 +213,21 @@ void LocalWorkerActuator::Tick() {
   if (wanted_ < 0) return;
   absl::Status s = Scale(wanted_);
   if (!s.ok()) SPDLOG_WARN("{}", s.ToString());
+  if (std::chrono::steady_clock::now() - last_wake_ >= options_.standby_refill_delay)
+    StartStandby();
 }
 
 absl::Status LocalWorkerActuator::Scale(int workers) {
+  const bool first = wanted_ < 0;
   wanted_ = workers;
   Reap(false);
   int active = 0;
   for (const Child& c : children_) active += c.stopping ? 0 : 1;
   while (active < workers) {
-    RETURN_IF_ERROR(StartOne());
+    if (!WakeStandby()) RETURN_IF_ERROR(StartOne());
     ++active;
   }
+  if (first) StartStandby();
   for (auto it = children_.rbegin(); it != children_.rend() && active > workers; ++it) {
     if (it->stopping) continue;
     ::kill(it->pid, SIGTERM);  // a drain: it finishes its splits, then leaves

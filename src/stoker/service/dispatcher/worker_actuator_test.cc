@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +116,83 @@ TEST(LocalActuator, StartsStopsNewestFirstReplacesCrashedAndDrainsAllAtTheEnd) {
     all.push_back(now[1]);
   }
   for (pid_t p : all) EXPECT_FALSE(Alive(p)) << p;  // drained and reaped by the destructor
+}
+
+// Standby workers: a stand-in that, given --standby-fd, reads one byte from descriptor 3 and
+// records whether it was woken or reached the end of file.
+TEST(LocalActuator, WakesStandbyWorkersReplacesThemAfterTheRefillDelayAndEndsTheRest) {
+  testing::ScopedTempDir dir;
+  const std::string exe = dir.path() + "/fake-worker";
+  Write(exe,
+        "#!/bin/sh\ntrap 'exit 0' TERM\nfor a in \"$@\"; do\n"
+        "  if [ \"$a\" = --standby-fd ]; then\n"
+        "    b=$(head -c1 <&3)\n"
+        "    if [ -z \"$b\" ]; then touch " +
+            dir.path() +
+            "/ended-$$; exit 0; fi\n"
+            "    touch " +
+            dir.path() +
+            "/woken-$$\n"
+            "  fi\n"
+            "done\nwhile :; do sleep 0.02; done\n");
+  ASSERT_EQ(::chmod(exe.c_str(), 0755), 0);
+  auto exists = [&](const std::string& what, pid_t pid) {
+    struct stat st;
+    return ::stat((dir.path() + "/" + what + "-" + std::to_string(pid)).c_str(), &st) == 0;
+  };
+  auto eventually = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 500 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return done();
+  };
+  std::vector<pid_t> workers, first_standby, second_standby;
+  {
+    LocalActuatorOptions o;
+    o.executable = exe;
+    o.dispatcher_address = "127.0.0.1:1";
+    o.stop_timeout = std::chrono::seconds(10);
+    o.standby = 2;
+    o.standby_refill_delay = std::chrono::milliseconds(300);
+    LocalWorkerActuator a(o);
+    ASSERT_TRUE(a.Scale(1).ok());  // one worker, and the standby ones with the first Scale
+    ASSERT_EQ(a.pids().size(), 1u);
+    first_standby = a.standby_pids();
+    ASSERT_EQ(first_standby.size(), 2u);
+    ASSERT_TRUE(a.Scale(3).ok());  // wakes both instead of starting processes
+    workers = a.pids();
+    ASSERT_EQ(workers.size(), 3u);
+    EXPECT_EQ(std::vector<pid_t>(workers.begin() + 1, workers.end()), first_standby);
+    a.Tick();  // the dispatcher ticks right after it scaled: too soon to replace them
+    EXPECT_TRUE(a.standby_pids().empty());
+    for (pid_t p : first_standby) EXPECT_TRUE(eventually([&] { return exists("woken", p); })) << p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    a.Tick();  // standby_refill_delay after the wake
+    second_standby = a.standby_pids();
+    ASSERT_EQ(second_standby.size(), 2u);
+    // A standby that dies is replaced at the next tick; with none left, a scale-up starts one.
+    ::kill(second_standby[0], SIGKILL);
+    ASSERT_TRUE(eventually([&] {
+      a.Tick();
+      return a.standby_pids().size() == 2u && a.standby_pids()[0] == second_standby[1];
+    }));
+    second_standby = a.standby_pids();
+    ASSERT_TRUE(a.Scale(6).ok());  // two woken, one started
+    EXPECT_EQ(a.pids().size(), 6u);
+    EXPECT_TRUE(a.standby_pids().empty());
+    workers = a.pids();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    a.Tick();
+    second_standby = a.standby_pids();
+    ASSERT_EQ(second_standby.size(), 2u);
+    for (pid_t p : second_standby)  // started, blocked before their read (or in it)
+      EXPECT_FALSE(exists("woken", p)) << p;
+  }
+  // The destructor drained the workers and closed the standby ones' sockets: they ended.
+  for (pid_t p : workers) EXPECT_FALSE(Alive(p)) << p;
+  for (pid_t p : second_standby) {
+    EXPECT_FALSE(Alive(p)) << p;
+    EXPECT_TRUE(exists("ended", p)) << p;
+  }
 }
 
 TEST(KubernetesActuator, PatchesTheDeploymentsScaleWithTheServiceAccountToken) {

@@ -7,8 +7,10 @@
 
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <vector>
 
 #include "stoker/core/logging.h"
@@ -32,14 +34,24 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     return absl::InvalidArgumentError("a worker needs --dispatcher HOST:PORT");
   std::unique_ptr<Worker> w(new Worker(options));
   ASSIGN_OR_RETURN(w->security_, Security::Load(options.security));
-  w->dispatcher_ = DispatcherService::NewStub(
-      w->security_->MakeChannel(options.dispatcher_address, Caller::kWorker));
+  auto channel = w->security_->MakeChannel(options.dispatcher_address, Caller::kWorker);
+  w->dispatcher_ = DispatcherService::NewStub(channel);
   w->service_ = NewWorkerGrpcService(w.get(), w->security_.get());
   ASSIGN_OR_RETURN(w->server_, GrpcServer::Start(w->service_.get(), options.bind_address,
                                                  options.port, "worker", *w->security_,
                                                  /*max_send_message_bytes=*/-1));
   w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
+  if (options.standby_fd >= 0) {
+    channel->GetState(/*try_to_connect=*/true);  // so the registration finds a connection
+    char go = 0;
+    ssize_t n;
+    do {
+      n = ::read(options.standby_fd, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    ::close(options.standby_fd);
+    if (n != 1) return absl::CancelledError("standby worker: not needed (end of its socket)");
+  }
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
   w->metrics_collector_ = MetricsRegistry::Default().AddCollector(
       [p = w.get()](MetricsWriter& m) { p->CollectMetrics(m); });

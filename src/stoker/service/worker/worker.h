@@ -80,6 +80,11 @@ struct WorkerOptions {
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.
   SecurityOptions security;
+  // A standby worker (the local autoscaler's, --standby-fd): Start serves and starts connecting
+  // to the dispatcher, then blocks until one byte can be read from this descriptor (the go) and
+  // only then registers; at end of file it returns Cancelled (not needed). It closes the
+  // descriptor. -1: register at once.
+  int standby_fd = -1;
 };
 
 class Worker {
