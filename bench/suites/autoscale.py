@@ -29,7 +29,7 @@ import urllib.request
 
 import lib
 
-RUNS = 3
+RUNS = 5  # the pool stalls ~0.1 s a run: one hiccup of 20 ms moves a run 20%
 SAMPLES = 1800
 ELEMENT_MS = 30
 STEP_MS = 12
