@@ -152,20 +152,21 @@ TEST(LocalActuator, WakesStandbyWorkersReplacesThemAfterTheRefillDelayAndEndsThe
     o.dispatcher_address = "127.0.0.1:1";
     o.stop_timeout = std::chrono::seconds(10);
     o.standby = 2;
-    o.standby_refill_delay = std::chrono::milliseconds(300);
+    // Long, so that the tick right after the wake comes sooner even on a loaded machine.
+    o.standby_refill_delay = std::chrono::milliseconds(1000);
     LocalWorkerActuator a(o);
     ASSERT_TRUE(a.Scale(1).ok());  // one worker, and the standby ones with the first Scale
     ASSERT_EQ(a.pids().size(), 1u);
     first_standby = a.standby_pids();
     ASSERT_EQ(first_standby.size(), 2u);
     ASSERT_TRUE(a.Scale(3).ok());  // wakes both instead of starting processes
+    a.Tick();                      // the dispatcher ticks right after it scaled: too soon to refill
+    EXPECT_TRUE(a.standby_pids().empty());
     workers = a.pids();
     ASSERT_EQ(workers.size(), 3u);
     EXPECT_EQ(std::vector<pid_t>(workers.begin() + 1, workers.end()), first_standby);
-    a.Tick();  // the dispatcher ticks right after it scaled: too soon to replace them
-    EXPECT_TRUE(a.standby_pids().empty());
     for (pid_t p : first_standby) EXPECT_TRUE(eventually([&] { return exists("woken", p); })) << p;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     a.Tick();  // standby_refill_delay after the wake
     second_standby = a.standby_pids();
     ASSERT_EQ(second_standby.size(), 2u);
@@ -180,7 +181,7 @@ TEST(LocalActuator, WakesStandbyWorkersReplacesThemAfterTheRefillDelayAndEndsThe
     EXPECT_EQ(a.pids().size(), 6u);
     EXPECT_TRUE(a.standby_pids().empty());
     workers = a.pids();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     a.Tick();
     second_standby = a.standby_pids();
     ASSERT_EQ(second_standby.size(), 2u);
