@@ -11,7 +11,8 @@ is delivered exactly once, that when the consumer ends the extra workers are dra
 the dispatcher it leaves and exits 0; none is lost or killed), that the same consumer run again
 starts from the need the dispatcher remembered for the pipeline, and that no worker process is
 left once the dispatcher exits. The scale-ups wake standby workers (started, not registered)
-instead of starting processes; those never woken end with the dispatcher.
+instead of starting processes; one sent SIGTERM exits 0 and is replaced; those never woken end
+with the dispatcher.
 
 Usage: autoscaler_test.py STOKER SLEEP_PLUGIN OUT_DIR
 """
@@ -74,6 +75,17 @@ def main():
         if "autoscaler: 1 .. 4 workers, starting with 1" not in read(derr):
             fail(f"no start-up line in the dispatcher's log:\n{read(derr)}")
         wait_for(lambda: metric(http, "stoker_dispatcher_workers") == 1, "the first worker")
+        # A standby worker sent SIGTERM (as `pkill -f "stoker worker"` would) exits 0 without
+        # registering, and the dispatcher starts another at its next interval.
+        spare = wait_for(lambda: re.findall(r"started standby worker pid (\d+)", read(derr))
+                         if len(re.findall(r"started standby worker pid", read(derr))) == 2
+                         else None, "the 2 standby workers")
+        os.kill(int(spare[0]), signal.SIGTERM)
+        wait_for(lambda: f"standby worker pid {spare[0]} exited (exit status 0)" in read(derr)
+                 and len(re.findall(r"started standby worker pid", read(derr))) == 3,
+                 "the standby worker sent SIGTERM to exit and be replaced", 10)
+        if metric(http, "stoker_dispatcher_workers") != 1:
+            fail("a standby worker registered")
 
         start = time.time()
         consumer = subprocess.Popen(
@@ -168,6 +180,7 @@ def main():
     standby = [int(p) for p in re.findall(r"started standby worker pid (\d+)", log)]
     woken = [int(p) for p in re.findall(r"woke standby worker pid (\d+)", log)]
     ended = [int(p) for p in re.findall(r"standby worker pid (\d+) ended \(exit status 0\)", log)]
+    ended += [int(p) for p in re.findall(r"standby worker pid (\d+) exited \(exit status 0\)", log)]
     if not woken:
         fail(f"no scale-up woke a standby worker:\n{log}")
     if sorted(woken + ended) != sorted(standby):

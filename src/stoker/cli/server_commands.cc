@@ -184,7 +184,7 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port, options.bind_address));
   options.standby_fd = o.standby_fd;
   absl::StatusOr<std::unique_ptr<service::Worker>> started = service::Worker::Start(options);
-  // A standby that was not needed (its dispatcher closed the socket) ends quietly.
+  // A standby that was not needed (its dispatcher closed the socket, or SIGTERM) ends quietly.
   if (o.standby_fd >= 0 && absl::IsCancelled(started.status())) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto worker, std::move(started));
   // 503 with the reason once the worker is unhealthy (docs/operations.md).

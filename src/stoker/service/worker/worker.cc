@@ -7,6 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +27,32 @@
 namespace stoker::service {
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// A standby's wait for its go: one byte on `fd` (then OK), its end of file, or SIGTERM/SIGINT
+// pending (the CLI blocks them until it waits for them; then Cancelled). Closes `fd`.
+absl::Status AwaitStandbyGo(int fd) {
+  absl::Status status = absl::CancelledError("standby worker: not needed (end of its socket)");
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, /*timeout_ms=*/100);
+    if (ready > 0) {
+      char go = 0;
+      ssize_t n = ::read(fd, &go, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 1) status = absl::OkStatus();
+      break;
+    }
+    if (ready < 0 && errno != EINTR) break;
+    sigset_t pending;
+    if (::sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1)) {
+      status = absl::CancelledError("standby worker: stopped by a signal before it was needed");
+      break;
+    }
+  }
+  ::close(fd);
+  return status;
+}
 }  // namespace
 
 Worker::Worker(const WorkerOptions& options) : options_(options) {}
@@ -44,13 +72,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   w->address_ = StrCat(options.host, ":", w->port_);
   if (options.standby_fd >= 0) {
     channel->GetState(/*try_to_connect=*/true);  // so the registration finds a connection
-    char go = 0;
-    ssize_t n;
-    do {
-      n = ::read(options.standby_fd, &go, 1);
-    } while (n < 0 && errno == EINTR);
-    ::close(options.standby_fd);
-    if (n != 1) return absl::CancelledError("standby worker: not needed (end of its socket)");
+    RETURN_IF_ERROR(AwaitStandbyGo(options.standby_fd));
   }
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
   w->metrics_collector_ = MetricsRegistry::Default().AddCollector(

@@ -82,8 +82,8 @@ struct WorkerOptions {
   SecurityOptions security;
   // A standby worker (the local autoscaler's, --standby-fd): Start serves and starts connecting
   // to the dispatcher, then blocks until one byte can be read from this descriptor (the go) and
-  // only then registers; at end of file it returns Cancelled (not needed). It closes the
-  // descriptor. -1: register at once.
+  // only then registers; at end of file, or with SIGTERM or SIGINT pending (blocked, as the CLI
+  // does), it returns Cancelled. It closes the descriptor. -1: register at once.
   int standby_fd = -1;
 };
 
