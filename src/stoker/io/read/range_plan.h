@@ -128,12 +128,12 @@ class LatencyTracker {
 };
 
 // How many parts of a streamed range to keep in flight (`stoker cat`; docs/io.md, "Parts in
-// flight"). It starts at `initial` and doubles, up to `max`, while a doubling raises the rate at
-// which parts complete by at least a quarter; once a doubling did not, it goes back to the window
-// before it and stays there. The rate at a window is measured over the `window` parts (at least 2)
-// that complete after the completion that set it, so the first part's connection set-up and the
-// parts asked for under the previous window weigh little. Started at `max`, it never changes.
-// Thread safety: none (the caller's lock).
+// flight from the round trip"). It starts at `initial` and doubles, up to `max`, while a doubling
+// raises the rate at which parts complete by at least a quarter; once a doubling did not, it goes
+// back to the window before it and stays there. The rate at a window is measured over the `window`
+// parts (at least 2) that complete after the completion that set it, so the first part's connection
+// set-up and the parts asked for under the previous window weigh little. Started at `max`, it never
+// changes. Thread safety: none (the caller's lock).
 class PartWindow {
  public:
   PartWindow(int initial, int max);
