@@ -55,6 +55,13 @@ def main():
     os.makedirs(OUT)
     env = dict(os.environ)
     env.pop("STOKER_LOG", None)
+    # --standby-fd is the actuator's: a descriptor that is not open is an error naming it, not a
+    # standby that quietly ends.
+    bad = subprocess.run([STOKER, "worker", "--dispatcher", "127.0.0.1:1", "--bind", "127.0.0.1",
+                          "--standby-fd", "99"], env=env, capture_output=True, text=True,
+                         timeout=30)
+    if bad.returncode != 1 or "--standby-fd 99: not an open descriptor" not in bad.stderr:
+        fail(f"--standby-fd 99: exit {bad.returncode}, {bad.stderr!r}")
     spec = os.path.join(OUT, "spec.json")
     with open(spec, "w") as f:
         json.dump({"plugins": [PLUGIN], "source": {"range": SAMPLES},

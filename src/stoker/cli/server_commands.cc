@@ -3,8 +3,11 @@
 // port; the dispatcher optionally with an autoscaler (local processes or a Kubernetes
 // Deployment), the worker draining its splits before it leaves.
 #include <malloc.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -128,6 +131,37 @@ struct WorkerCliOptions {
   int standby_fd = -1;
 };
 
+// A standby worker's wait for its go (--standby-fd, the local autoscaler's): one byte on `fd`
+// (OK), its end of file or a pending stop signal (Cancelled: not needed), or an error naming the
+// descriptor. Closes `fd`. Polls, so that SIGTERM or SIGINT (blocked) ends the wait within 0.1 s.
+absl::Status AwaitStandbyGo(int fd) {
+  absl::Status status = absl::CancelledError("standby worker: not needed (end of its socket)");
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, /*timeout_ms=*/100);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready > 0 && (p.revents & POLLNVAL) == 0) {
+      char go = 0;
+      ssize_t n = ::read(fd, &go, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 1) status = absl::OkStatus();
+      if (n < 0) status = absl::ErrnoToStatus(errno, StrCat("--standby-fd ", fd, ": cannot read"));
+      break;
+    }
+    if (ready != 0) {
+      status = absl::FailedPreconditionError(
+          StrCat("--standby-fd ", fd, ": not an open descriptor (the local autoscaler passes it)"));
+      break;
+    }
+    if (StopSignalPending()) {
+      status = absl::CancelledError("standby worker: stopped by a signal before it was needed");
+      break;
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
 absl::Status RunWorker(const WorkerCliOptions& o) {
   RETURN_IF_ERROR(SetLogFormat(o.log_format));
   SetDefaultLogLevel(spdlog::level::info);
@@ -182,7 +216,8 @@ absl::Status RunWorker(const WorkerCliOptions& o) {
   options.security = o.security;
   options.max_clients_per_job = o.max_clients_per_job;
   ASSIGN_OR_RETURN(auto health, service::HealthServer::Start(o.http_port, options.bind_address));
-  options.standby_fd = o.standby_fd;
+  if (o.standby_fd >= 0)
+    options.before_register = [fd = o.standby_fd] { return AwaitStandbyGo(fd); };
   absl::StatusOr<std::unique_ptr<service::Worker>> started = service::Worker::Start(options);
   // A standby that was not needed (its dispatcher closed the socket, or SIGTERM) ends quietly.
   if (o.standby_fd >= 0 && absl::IsCancelled(started.status())) return absl::OkStatus();

@@ -18,6 +18,8 @@ namespace stoker::cli {
 void BlockStopSignals();
 // Waits for SIGINT or SIGTERM (blocked first with BlockStopSignals).
 void WaitForSignal();
+// Whether SIGINT or SIGTERM is pending (blocked with BlockStopSignals and not yet waited for).
+bool StopSignalPending();
 
 // --log-format, and STOKER_LOG in --help.
 void AddLogOptions(CLI::App* app, std::string* format, const char* default_level);

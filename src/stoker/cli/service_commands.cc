@@ -12,20 +12,29 @@
 
 namespace stoker::cli {
 
-void BlockStopSignals() {
+namespace {
+sigset_t StopSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void BlockStopSignals() {
+  sigset_t set = StopSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 void WaitForSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  sigset_t set = StopSignals();
   int sig = 0;
   sigwait(&set, &sig);
+}
+bool StopSignalPending() {
+  sigset_t pending;
+  if (sigpending(&pending) != 0) return false;
+  return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
 }
 
 void AddLogOptions(CLI::App* app, std::string* format, const char* default_level) {

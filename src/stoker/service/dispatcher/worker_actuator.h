@@ -51,8 +51,8 @@ struct LocalActuatorOptions {
 // Starts and stops `stoker worker` processes on this host. A child started with
 // PR_SET_PDEATHSIG gets SIGTERM (a drain) if the dispatcher dies; the destructor drains every
 // child (SIGTERM), waits up to stop_timeout, kills what is left and reaps them all. A standby
-// process exits when its socket reaches end of file: when the destructor closes it, or when the
-// dispatcher dies.
+// process exits when its socket reaches end of file (the destructor closes it, or the dispatcher
+// died) or on SIGTERM; one that exited is replaced like a woken one.
 class LocalWorkerActuator : public WorkerActuator {
  public:
   explicit LocalWorkerActuator(LocalActuatorOptions options) : options_(std::move(options)) {}

@@ -7,12 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <vector>
 
 #include "stoker/core/logging.h"
@@ -28,31 +24,6 @@ namespace stoker::service {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-// A standby's wait for its go: one byte on `fd` (then OK), its end of file, or SIGTERM/SIGINT
-// pending (the CLI blocks them until it waits for them; then Cancelled). Closes `fd`.
-absl::Status AwaitStandbyGo(int fd) {
-  absl::Status status = absl::CancelledError("standby worker: not needed (end of its socket)");
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    int ready = ::poll(&p, 1, /*timeout_ms=*/100);
-    if (ready > 0) {
-      char go = 0;
-      ssize_t n = ::read(fd, &go, 1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 1) status = absl::OkStatus();
-      break;
-    }
-    if (ready < 0 && errno != EINTR) break;
-    sigset_t pending;
-    if (::sigpending(&pending) == 0 &&
-        (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1)) {
-      status = absl::CancelledError("standby worker: stopped by a signal before it was needed");
-      break;
-    }
-  }
-  ::close(fd);
-  return status;
-}
 }  // namespace
 
 Worker::Worker(const WorkerOptions& options) : options_(options) {}
@@ -70,9 +41,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                                  /*max_send_message_bytes=*/-1));
   w->port_ = w->server_->port();
   w->address_ = StrCat(options.host, ":", w->port_);
-  if (options.standby_fd >= 0) {
+  if (options.before_register) {
     channel->GetState(/*try_to_connect=*/true);  // so the registration finds a connection
-    RETURN_IF_ERROR(AwaitStandbyGo(options.standby_fd));
+    RETURN_IF_ERROR(options.before_register());
   }
   w->heartbeat_ = StartThread("worker-hb", [p = w.get()] { p->HeartbeatLoop(); });
   w->metrics_collector_ = MetricsRegistry::Default().AddCollector(

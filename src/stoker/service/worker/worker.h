@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -80,11 +81,11 @@ struct WorkerOptions {
   // TLS and tokens (common/security.h): clients' GetElements needs the client token; the worker
   // presents the worker token to the dispatcher.
   SecurityOptions security;
-  // A standby worker (the local autoscaler's, --standby-fd): Start serves and starts connecting
-  // to the dispatcher, then blocks until one byte can be read from this descriptor (the go) and
-  // only then registers; at end of file, or with SIGTERM or SIGINT pending (blocked, as the CLI
-  // does), it returns Cancelled. It closes the descriptor. -1: register at once.
-  int standby_fd = -1;
+  // Called by Start once the worker serves and has begun connecting to the dispatcher, before it
+  // registers (a standby worker of the local autoscaler waits here for its go: `stoker worker
+  // --standby-fd`); an error is returned by Start, and the worker never registers. Empty:
+  // register at once.
+  std::function<absl::Status()> before_register;
 };
 
 class Worker {
