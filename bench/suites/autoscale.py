@@ -8,8 +8,11 @@ so it needs ceil(1.1 * 83 / 33) = 3 workers. Two set-ups read the same job:
   autoscaled  `stoker dispatcher --autoscale local --min-workers 1 --max-workers 6` (1 s interval),
               two jobs of the same pipeline, the second once the pool is back at 1 worker:
               starts with 1 worker and must reach the 3 needed within 10 worker heartbeat intervals
-              (500 ms) of the consumer's start, and change at most once more while it runs (its
-              first decision comes at the consumer's first look, docs/operations.md);
+              (500 ms) of the consumer's start, and change at most once more while it runs (a
+              job of a pipeline never read starts with the standby workers, a guess, and its
+              first measured decision comes at the consumer's first look, docs/operations.md);
+              then a light trainer's job (1 worker enough) of another pipeline, to show what
+              the guess costs when it is too much;
   fixed pool  a dispatcher and 6 workers started beforehand.
 
 Reported per set-up (medians of RUNS runs): the time until 3 workers are registered, the changes of
@@ -37,6 +40,10 @@ NEEDED = 3
 FIXED_WORKERS = 6
 HEARTBEAT_MS = 500
 INTERVAL_MS = 1000
+# A light trainer (45 ms a step, about 22 elements/s: 1 worker is enough), a pipeline never read:
+# its job starts with the standby workers (a guess) and the autoscaler must go back to 1.
+LIGHT_SAMPLES = 300
+LIGHT_STEP_MS = 45
 
 
 def metric(port, name):
@@ -80,13 +87,13 @@ def worker_flags(plugin_dir):
     return ["--threads", "1", "--plugin-dir", plugin_dir, "--heartbeat-ms", str(HEARTBEAT_MS)]
 
 
-def consume(ctx, spec, address, http, tag):
+def consume(ctx, spec, address, http, tag, samples_wanted=SAMPLES, step_ms=STEP_MS):
     """One job read by `stoker consume` to its end; its figures."""
     err_path = os.path.join(ctx.tmp, f"p10-{tag}-consume.err")
     start = time.time()
     consumer = subprocess.Popen(
         [ctx.stoker, "consume", "--dispatcher", address, spec, "--no-deterministic",
-         "--step-ms", str(STEP_MS)], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+         "--step-ms", str(step_ms)], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
     samples = []  # (seconds, registered workers, target, stall gauge)
     while consumer.poll() is None:
         samples.append((time.time() - start, metric(http, "stoker_dispatcher_workers"),
@@ -99,7 +106,7 @@ def consume(ctx, spec, address, http, tag):
     err = open(err_path).read()
     m = re.search(r"consumed (\d+) elements.*waited ([0-9.]+) s for data, computed ([0-9.]+) s",
                   err)
-    if not m or int(m.group(1)) != SAMPLES:
+    if not m or int(m.group(1)) != samples_wanted:
         raise RuntimeError(f"P10: unexpected consumer output: {err}")
     wait, compute = float(m.group(2)), float(m.group(3))
     # Worker-seconds: registered workers integrated over the consumer's run.
@@ -113,16 +120,21 @@ def consume(ctx, spec, address, http, tag):
                if settled is not None else None)
     steady = [s for t, n, _, s in samples
               if reached is not None and t >= reached + 2 * INTERVAL_MS / 1000 and s is not None]
+    # Above one worker: what a guess that was too much costs a light trainer.
+    back_at_one = next((t for i, (t, n, _, _) in enumerate(samples)
+                        if n == 1 and any((m or 0) > 1 for _, m, _, _ in samples[:i])), None)
     result = {"seconds": took, "stall": wait / (wait + compute), "worker_seconds": worker_seconds,
               "reached": reached, "changes": changes,
               "steady_stall": statistics.mean(steady) if steady else None,
-              "max_target": max(targets) if targets else None}
+              "max_target": max(targets) if targets else None,
+              "extra_worker_seconds": worker_seconds - took, "back_at_one": back_at_one}
     lib.log(f"P10 {tag}: {json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.items()})}")
     return result
 
 
-def one_run(ctx, spec, plugin_dir, autoscaled, index):
-    """Fixed: one job; autoscaled: one job, then (back at 1 worker) the same pipeline again."""
+def one_run(ctx, spec, light_spec, plugin_dir, autoscaled, index):
+    """Fixed: one job; autoscaled: one job, then (back at 1 worker) the same pipeline again, then
+    a light trainer's job of another pipeline."""
     tag = f"{'auto' if autoscaled else 'fixed'}{index}"
     workers = []
     if autoscaled:
@@ -144,6 +156,11 @@ def one_run(ctx, spec, plugin_dir, autoscaled, index):
             wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
                      metric(http, "stoker_dispatcher_workers") == 1, "the scale-down to 1 worker")
             results.append(consume(ctx, spec, address, http, tag + "-rerun"))
+            wait_for(lambda: metric(http, "stoker_dispatcher_target_workers") == 1 and
+                     metric(http, "stoker_dispatcher_workers") == 1, "the scale-down to 1 worker")
+            time.sleep(1.5)  # the woken standby workers refilled (standby_refill_delay, 1 s)
+            results.append(consume(ctx, light_spec, address, http, tag + "-light", LIGHT_SAMPLES,
+                                   LIGHT_STEP_MS))
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
@@ -151,6 +168,9 @@ def one_run(ctx, spec, plugin_dir, autoscaled, index):
             w.wait(timeout=30)
         dispatcher.send_signal(signal.SIGTERM)
         dispatcher.wait(timeout=60)
+    with open(os.path.join(ctx.tmp, f"p10-{tag}-dispatcher.err")) as f:
+        for decision in re.findall(r"autoscaler: \d+ -> \d+ workers .*", f.read()):
+            lib.log(f"P10 {tag}: {decision}")
     return results
 
 
@@ -172,14 +192,20 @@ def run(ctx):
         json.dump({"plugins": [plugin], "source": {"range": SAMPLES},
                    "ops": [{"op": "sleep", "ms": ELEMENT_MS}]}, f)
     load_before = os.getloadavg()[0]
-    results = {"auto": [], "rerun": [], "fixed": []}
+    light_spec = os.path.join(ctx.tmp, "p10-light-spec.json")
+    with open(light_spec, "w") as f:
+        json.dump({"plugins": [plugin], "source": {"range": LIGHT_SAMPLES},
+                   "ops": [{"op": "sleep", "ms": ELEMENT_MS}]}, f)
+    results = {"auto": [], "rerun": [], "light": [], "fixed": []}
     for i in range(RUNS):
-        first, rerun = one_run(ctx, spec, os.path.dirname(plugin), True, i)
+        first, rerun, light = one_run(ctx, spec, light_spec, os.path.dirname(plugin), True, i)
         results["auto"].append(first)
         results["rerun"].append(rerun)
-        results["fixed"].extend(one_run(ctx, spec, os.path.dirname(plugin), False, i))
+        results["light"].append(light)
+        results["fixed"].extend(one_run(ctx, spec, light_spec, os.path.dirname(plugin), False, i))
     load_after = os.getloadavg()[0]
-    auto, rerun, fixed = results["auto"], results["rerun"], results["fixed"]
+    auto, rerun, light, fixed = (results["auto"], results["rerun"], results["light"],
+                                 results["fixed"])
     reach = med(auto, "reached")
     reach_hb = reach / (HEARTBEAT_MS / 1000) if reach is not None else None
     changes = max((r["changes"] for r in auto if r["changes"] is not None), default=None)
@@ -209,7 +235,7 @@ def run(ctx):
     per_run = "\n".join(
         f"- {kind} run {i}: " + ", ".join(
             f"{k} {fmt(v, 3) if isinstance(v, float) else v}" for k, v in r.items())
-        for kind in ("auto", "rerun", "fixed") for i, r in enumerate(results[kind]))
+        for kind in ("auto", "rerun", "light", "fixed") for i, r in enumerate(results[kind]))
     text = f"""# P10: autoscaling (bench/suites/autoscale.py)
 
 {lib.machine_line()} Load average (1 min) {load_before:.1f} before and {load_after:.1f} after the
@@ -231,23 +257,30 @@ element (about 83 elements/s), {SAMPLES} elements: 3 workers needed. Autoscaler 
 | the same once 3 workers run (steady state) | {fmt(steady_ratio, 2)}x | {verdict(steady_ratio is not None and steady_ratio <= 1.1)} |
 | worker-seconds <= 0.6x the fixed pool's | {ws_ratio:.2f}x | {verdict(ws_ratio <= 0.6)} |
 
-The whole-run stall ratio of the autoscaled set-up includes its ramp-up from 1 worker. The
-autoscaler decides at the consumer's first look: the heartbeat it sends on its third element (the
-first, and two that followed the trainer's work), about 60 ms after the first element, at one
-worker's 33 elements/s. It wakes the dispatcher's 2 standby workers (processes started with the
-dispatcher, their binary loaded and servers up, not registered): they register about 5 ms later
-(a started process needs 20-30 ms), and the consumer, whose heartbeat is a long poll held until
-the job's workers change, reads from them at once; their first element comes one element's time
-(30 ms) later. Until then the trainer gets a third of what it asks for: waiting about 0.07 s more
-than with the pool, whatever the job's length, so the whole-run ratio shrinks as the job grows
-(this job lasts about 22 s; a training job of hours would see the steady-state figure). That is
-the floor of starting workers on demand for a pipeline the dispatcher has not seen: its demand
-cannot be measured before the trainer took a few elements. The second job of the same pipeline on
-the same dispatcher (started once the pool is back at 1 worker) starts from the need the
-dispatcher remembered from the first: its workers are woken when its consumer registers, before
-the first element, and deliver about when the first worker's first element does. The
-steady-state column compares the set-ups once 3 workers run; both stall about 0.1-0.2% of the
-time there, so its ratio moves with noise of a few ms.
+The first job reads a pipeline the dispatcher has not seen: as its consumer registers, before
+its first element, the autoscaler wakes the dispatcher's 2 standby workers (processes started with
+the dispatcher, their binary loaded and servers up, not registered), a guess
+(docs/operations.md, "Autoscaler"). They register about 5 ms later, and the consumer, whose
+heartbeat is a long poll held until the job's workers change, reads from them at once, so all 3
+deliver from the start. This trainer needs 3, which is 1 + the 2 standby workers: a pipeline that
+needs more starts with 3 and grows from the consumer's first look (its third element) on, with no
+cool-down after the guess. Before the guess (until stop 37) the first decision came at that first
+look, 60 ms after the first element, and the new workers delivered one element's time (30 ms)
+after it: the trainer got a third of what it asked for until then and the whole-run ratio was
+1.70x. The second job of the same pipeline on the same dispatcher (started once the pool is back
+at 1 worker) starts from the need the dispatcher remembered from the first. The steady-state
+column compares the set-ups once 3 workers run; both stall about 0.1-0.2% of the time there, so
+its ratio moves with noise of a few ms.
+
+What a guess costs when it was too much: a light trainer (45 ms a step, about 22 elements/s, 1
+worker enough) reads {LIGHT_SAMPLES} elements of another pipeline on the autoscaled dispatcher,
+once the pool is back at 1 worker and the standby workers are refilled. Its job also starts with 3
+workers, and the first decision that knows the rule (the workers' throughput comes with their
+heartbeats) while the trainer does not stall goes down to it at once.
+
+| set-up | wall s | trainer stall ratio | worker-seconds | of them above 1 worker | back at 1 worker after (s) | highest target |
+| --- | --- | --- | --- | --- | --- | --- |
+| autoscaled, light trainer, a pipeline never read | {fmt(med(light, 'seconds'), 1)} | {fmt(med(light, 'stall'), 3)} | {fmt(med(light, 'worker_seconds'), 1)} | {fmt(med(light, 'extra_worker_seconds'), 1)} | {fmt(med(light, 'back_at_one'), 1)} | {fmt(med(light, 'max_target'), 0)} |
 
 A change after settling, where there is one, comes at the job's end: once every split is handed
 out the workers idle while the trainer reads what they buffered, and after 3 idle intervals the

@@ -38,12 +38,23 @@ AutoscalerDecision Autoscaler::Change(int target, int rule, std::string reason) 
   target_ = d.target;
   if (d.changed) cooldown_ = config_.cooldown_intervals;
   down_streak_ = 0;
+  guessed_ = false;
   return d;
 }
 
 AutoscalerDecision Autoscaler::Remembered(int workers, std::string reason) {
   if (workers <= target_) return AutoscalerDecision{target_, -1, false, "remembered: enough"};
   return Change(workers, -1, std::move(reason));
+}
+
+AutoscalerDecision Autoscaler::Guess(int workers, std::string reason) {
+  if (workers <= target_) return AutoscalerDecision{target_, -1, false, "guess: enough"};
+  const int cooldown = cooldown_;  // a guess adds none (one that is running goes on)
+  AutoscalerDecision d = Change(workers, -1, std::move(reason));
+  cooldown_ = cooldown;
+  guessed_ = true;
+  guess_looked_ = false;
+  return d;
 }
 
 AutoscalerDecision Autoscaler::Decide(const AutoscalerLoad& load) {
@@ -62,9 +73,14 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerLoad& load) {
                                               throughput),
       rule, load.stall_ratio, load.busy_share, load.workers, target_,
       load.first_look ? "; first look at a new consumer" : "");
+  if (guessed_ && load.first_look) guess_looked_ = true;
   if (cooldown_ > 0) {
     --cooldown_;
     return hold("cool-down");
+  }
+  if (guessed_ && guess_looked_ && rule >= 0 && load.stall_ratio <= config_.stall_high) {
+    guessed_ = false;  // measured: the guess holds, or goes down to what was measured
+    if (rule < target_) return Change(rule, rule, "measured fewer than guessed: " + measured);
   }
   if (stall_before_climb_ >= 0) {  // the last hill-climbing step's effect, now measured
     climb_helped_ = load.stall_ratio < stall_before_climb_ * (1 - config_.helped_improvement);

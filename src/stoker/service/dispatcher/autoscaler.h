@@ -75,6 +75,12 @@ class Autoscaler {
   // A job starts whose pipeline needed `workers` when last read: grows to them at once (never
   // shrinks; clamped to max), with the cool-down of any change.
   AutoscalerDecision Remembered(int workers, std::string reason);
+  // A job starts whose pipeline was never read, and `workers` can run without a start-up (the
+  // target plus the actuator's standby workers): grows to them at once, clamped to max, as a
+  // guess. No cool-down follows (the new consumer's first look is the first measure of it), and
+  // the first decision from that first look on whose rule is known and whose trainers do not
+  // stall goes down to that rule at once (no confirming intervals) if the guess was more.
+  AutoscalerDecision Guess(int workers, std::string reason);
   int target() const { return target_; }
   const AutoscalerConfig& config() const { return config_; }
 
@@ -91,6 +97,10 @@ class Autoscaler {
   int target_;
   int cooldown_ = 0;     // decisions left to skip
   int down_streak_ = 0;  // intervals in a row that called for fewer workers
+  // The target is a Guess no decision has measured yet; and a first look came since (the new
+  // job's consumer measured: before it, the rule may count only the other jobs' demand).
+  bool guessed_ = false;
+  bool guess_looked_ = false;
   // Hill climbing: the stall before the last addition beyond the rule (< 0: none pending), and
   // whether the last such addition lowered it.
   double stall_before_climb_ = -1;

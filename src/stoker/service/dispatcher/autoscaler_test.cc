@@ -72,6 +72,49 @@ TEST(Autoscaler, GrowsToARememberedNeedAtOnceAndNeverShrinksForIt) {
     EXPECT_FALSE(a.Decide(Load(6, 10, 10, 0.0, 0.1)).changed);
 }
 
+TEST(Autoscaler, AGuessGrowsAtOnceWithoutACoolDown) {
+  Autoscaler a(Config(), 1);
+  AutoscalerDecision d = a.Guess(3, "guess");
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.target, 3);
+  EXPECT_FALSE(a.Guess(2, "guess").changed);  // fewer than it has: enough
+  EXPECT_EQ(a.Guess(9, "guess").target, 6);   // clamped to max
+  Autoscaler b(Config(), 1);
+  b.Guess(3, "guess");
+  // The first look finds the trainers stalling with 3 and the rule at 5: it grows at once (a
+  // remembered need's cool-down would hold it).
+  d = b.Decide(Load(3, 140, 33, 0.4, 0.9));  // rule: 1.1 * 140 / 33 = 4.7
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.target, 5);
+}
+
+TEST(Autoscaler, AGuessGoesDownToTheFirstMeasuredRuleAtOnce) {
+  Autoscaler a(Config(), 1);
+  a.Guess(3, "guess");
+  // Before the new consumer's first look the rule may count other jobs' demand only: it holds.
+  EXPECT_FALSE(a.Decide(Load(3, 20, 33, 0.0, 0.2)).changed);
+  // Its first look: unknown throughput (no worker heartbeat yet) and no stall, so an unknown
+  // rule: it holds.
+  AutoscalerLoad first_look = Load(3, 20, 0, 0.0, 0.2);
+  first_look.first_look = true;
+  EXPECT_FALSE(a.Decide(first_look).changed);
+  EXPECT_EQ(a.target(), 3);
+  // The rule is measured at 1 (1.1 * 20 / 33): down to it without confirming intervals.
+  AutoscalerDecision d = a.Decide(Load(3, 20, 33, 0.0, 0.2));
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.target, 1);
+  EXPECT_NE(d.reason.find("measured fewer than guessed"), std::string::npos) << d.reason;
+  // Once measured, shrinking is the usual slow one again.
+  Autoscaler b(Config(), 1);
+  b.Guess(3, "guess");
+  first_look = Load(3, 80, 33, 0.0, 0.9);
+  first_look.first_look = true;
+  EXPECT_FALSE(b.Decide(first_look).changed);  // the rule is 3: confirmed
+  for (int i = 0; i < Config().down_confirm - 1; ++i)
+    EXPECT_FALSE(b.Decide(Load(3, 20, 33, 0.0, 0.2)).changed);
+  EXPECT_EQ(b.Decide(Load(3, 20, 33, 0.0, 0.2)).target, 2);  // one step, after confirming
+}
+
 TEST(Autoscaler, GrowsToTheRuleInBoundedStepsWhileStalling) {
   AutoscalerConfig c = Config();
   c.max_step_up = 2;

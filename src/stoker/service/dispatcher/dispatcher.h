@@ -239,6 +239,9 @@ class Dispatcher {
   // at once (0: nothing asked), for this reason.
   int remembered_start_ ABSL_GUARDED_BY(mu_) = 0;
   std::string remembered_reason_ ABSL_GUARDED_BY(mu_);
+  // A job of a pipeline not remembered got its first consumer: the measuring thread wakes the
+  // actuator's standby workers at once (Autoscaler::Guess), for this reason; empty: none.
+  std::string guess_reason_ ABSL_GUARDED_BY(mu_);
   // The last interval's rates, for the status page and /metrics.
   struct WorkerRates {
     double busy_share = 0;

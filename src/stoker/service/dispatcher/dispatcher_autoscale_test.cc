@@ -29,6 +29,8 @@ using namespace std::chrono_literals;
 // Records the worker counts asked for; the test waits for one.
 class RecordingActuator : public WorkerActuator {
  public:
+  explicit RecordingActuator(int standby) : standby_(standby) {}
+  int standby_workers() const override { return standby_; }
   absl::Status Scale(int workers) override {
     absl::MutexLock lock(&mu_);
     asked_ = workers;
@@ -43,6 +45,7 @@ class RecordingActuator : public WorkerActuator {
   }
 
  private:
+  const int standby_;  // what it says it could wake, however often it is asked
   absl::Mutex mu_;
   int asked_ = 0;
 };
@@ -60,13 +63,14 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     auto dispatcher = Dispatcher::Start(d);
     ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
     dispatcher_ = std::move(*dispatcher);
-    auto actuator = std::make_unique<RecordingActuator>();
+    auto actuator = std::make_unique<RecordingActuator>(StandbyWorkers());
     actuator_ = actuator.get();
     dispatcher_->StartAutoscaler(std::move(actuator));
     stub_ = DispatcherService::NewStub(MakeChannel(StrCat("127.0.0.1:", dispatcher_->port())));
   }
 
   virtual void Configure(DispatcherOptions*) {}
+  virtual int StandbyWorkers() { return 0; }
 
   int64_t RegisterWorker(const std::string& address) {
     WorkerHeartbeatRequest req;
@@ -164,6 +168,26 @@ TEST_F(DispatcherAutoscaleElementsTest, TheFirstLookComesWithTheThirdElement) {
   hb.set_delivered_elements(kFirstLookElements);
   ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
   EXPECT_EQ(actuator_->WaitForAtLeast(3, absl::Seconds(30)), 3);
+}
+
+// An actuator with 2 standby workers: a job of a pipeline never read wakes them as its first
+// consumer registers, before any element (Autoscaler::Guess); its later consumers do not.
+class DispatcherAutoscaleStandbyTest : public DispatcherAutoscaleElementsTest {
+  int StandbyWorkers() override { return 2; }
+};
+
+TEST_F(DispatcherAutoscaleStandbyTest, ANewPipelinesFirstConsumerWakesTheStandbyWorkers) {
+  RegisterWorker("127.0.0.1:1");
+  ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);
+  ClientHeartbeatRequest hb;
+  hb.set_job_id(CreateJob());
+  ClientHeartbeatResponse resp;
+  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());  // registers, with nothing read yet
+  EXPECT_EQ(actuator_->WaitForAtLeast(3, absl::Seconds(30)), 3);
+  ClientHeartbeatRequest second;  // another trainer of the same job
+  second.set_job_id(hb.job_id());
+  ASSERT_TRUE(ClientHeartbeat(second, &resp).ok());
+  EXPECT_EQ(actuator_->WaitForAtLeast(4, absl::Milliseconds(500)), 3);
 }
 
 TEST_F(DispatcherAutoscaleTest, AHeldHeartbeatReturnsWhenAWorkerCountsTheJob) {

@@ -361,10 +361,21 @@ absl::Status Dispatcher::ClientHeartbeat(const ClientHeartbeatRequest& req,
     first_look_due_[client_id] = Clock::now() + options_.autoscaler.first_look;
     // A pipeline read before: start its workers now, before the first look measures it.
     auto need = remembered_need_.find(job->fingerprint);
-    if (need != remembered_need_.end() && need->second.workers > remembered_start_) {
-      remembered_start_ = need->second.workers;
-      remembered_reason_ = StrCat("remembered: a job of pipeline ", job->fingerprint.substr(0, 12),
-                                  " needed ", need->second.workers, " workers when last read");
+    if (need != remembered_need_.end()) {
+      if (need->second.workers > remembered_start_) {
+        remembered_start_ = need->second.workers;
+        remembered_reason_ =
+            StrCat("remembered: a job of pipeline ", job->fingerprint.substr(0, 12), " needed ",
+                   need->second.workers, " workers when last read");
+      }
+    } else if (std::none_of(client_measured_.begin(), client_measured_.end(), [&](const auto& c) {
+                 return c.first != client_id && state_.clients().count(c.first) &&
+                        state_.clients().at(c.first).job_id == job->id;
+               })) {
+      // Its demand is unknown until the first look: start what can start at no cost.
+      guess_reason_ =
+          StrCat("guess: job ", job->id, " reads pipeline ", job->fingerprint.substr(0, 12),
+                 ", never read before: its demand is unknown, the standby workers start at once");
     }
   }
   if (auto due = first_look_due_.find(client_id);

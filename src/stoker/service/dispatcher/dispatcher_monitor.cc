@@ -248,9 +248,12 @@ void Dispatcher::MeasureLoop() {
     AutoscalerLoad load;
     int remembered = 0;  // > 0: a job of a remembered pipeline started
     std::string remembered_reason;
+    std::string guess_reason;  // not empty: a job of a pipeline never read started
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this] { return stopping_ || measure_now_ || remembered_start_ > 0; };
+      auto wake = [this] {
+        return stopping_ || measure_now_ || remembered_start_ > 0 || !guess_reason_.empty();
+      };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::FromChrono(options_.load_interval));
       if (stopping_) return;
       const bool first_look = measure_now_;  // else the interval's end
@@ -266,13 +269,17 @@ void Dispatcher::MeasureLoop() {
       actuator = actuator_.get();
       remembered = std::exchange(remembered_start_, 0);
       remembered_reason = std::move(remembered_reason_);
+      guess_reason = std::exchange(guess_reason_, {});
       if (autoscaler != nullptr) RememberNeed(load);
     }
     if (autoscaler == nullptr) continue;
     const int before = autoscaler->target();
-    AutoscalerDecision d = remembered > 0
-                               ? autoscaler->Remembered(remembered, std::move(remembered_reason))
-                               : autoscaler->Decide(load);
+    AutoscalerDecision d =
+        remembered > 0 ? autoscaler->Remembered(remembered, std::move(remembered_reason))
+        : !guess_reason.empty()
+            ? autoscaler->Guess(autoscaler->target() + actuator->standby_workers(),
+                                std::move(guess_reason))
+            : autoscaler->Decide(load);
     absl::Status s = absl::OkStatus();
     if (d.changed || retry) s = actuator->Scale(d.target);
     actuator->Tick();

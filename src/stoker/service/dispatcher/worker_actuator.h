@@ -30,6 +30,9 @@ class WorkerActuator {
   virtual absl::Status Scale(int workers) = 0;
   // Called once per load interval between decisions (housekeeping, e.g. reaping processes).
   virtual void Tick() {}
+  // Workers a Scale could add now without a start-up (the local actuator's standby workers); a
+  // job of a pipeline never read starts with them (docs/operations.md, "Autoscaler").
+  virtual int standby_workers() const { return 0; }
 };
 
 struct LocalActuatorOptions {
@@ -63,6 +66,7 @@ class LocalWorkerActuator : public WorkerActuator {
   // Reaps (and logs) the workers that exited, replaces those that exited on their own, and
   // starts standby workers up to options.standby (see standby_refill_delay).
   void Tick() override;
+  int standby_workers() const override { return static_cast<int>(standby_.size()); }
   // Children not yet reaped (running or draining; not standby), and those of them told to stop.
   int children() const { return static_cast<int>(children_.size()); }
   std::vector<pid_t> pids() const;

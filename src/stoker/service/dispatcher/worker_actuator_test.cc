@@ -159,9 +159,11 @@ TEST(LocalActuator, WakesStandbyWorkersReplacesThemAfterTheRefillDelayAndEndsThe
     ASSERT_EQ(a.pids().size(), 1u);
     first_standby = a.standby_pids();
     ASSERT_EQ(first_standby.size(), 2u);
-    ASSERT_TRUE(a.Scale(3).ok());  // wakes both instead of starting processes
-    a.Tick();                      // the dispatcher ticks right after it scaled: too soon to refill
+    EXPECT_EQ(a.standby_workers(), 2);  // what a job of a new pipeline starts with
+    ASSERT_TRUE(a.Scale(3).ok());       // wakes both instead of starting processes
+    a.Tick();  // the dispatcher ticks right after it scaled: too soon to refill
     EXPECT_TRUE(a.standby_pids().empty());
+    EXPECT_EQ(a.standby_workers(), 0);
     workers = a.pids();
     ASSERT_EQ(workers.size(), 3u);
     EXPECT_EQ(std::vector<pid_t>(workers.begin() + 1, workers.end()), first_standby);
