@@ -85,8 +85,8 @@ other engineers' builds while this ran: figures are noisy).
 32 ({IMAGES // 32} batches an epoch); 4 `stoker consume` trainers each read the whole epoch; a
 dispatcher and 2 workers, fresh per run; one warm-up run of each mode (not counted), then medians
 of {RUNS} runs, the modes' order alternating. (Until stop 37 it took 3 runs, the cache first in
-each and no warm-up: the first run read the images cold, and a cache run costs more right after a
-separate one; 0.29-0.41x between passes of the same tree.)
+each and no warm-up: the first run read the images cold, and a cache run right after a separate one
+cost more in 2 of 3 passes; 0.29-0.41x between passes of the same tree.)
 
 | mode | worker CPU-s per epoch (all trainers) | per trainer | slowest trainer, batches/s | runs (CPU-s) |
 | --- | --- | --- | --- | --- |
