@@ -42,11 +42,11 @@ struct LocalActuatorOptions {
   std::chrono::milliseconds stop_timeout{30000};  // on destruction: drain, then SIGKILL
   // Standby workers: processes started (`stoker worker --standby-fd 3`) and serving but not
   // registered, each blocked reading a socket until a scale-up wakes it instead of starting a
-  // process, which saves that process's start-up (about 25 ms: loading the binary, the servers,
-  // the connection). They cost memory, not CPU. The first are started with the first Scale; a
-  // woken one is replaced at the first Tick standby_refill_delay after the last wake, not at
-  // once, so that its replacement's start-up does not compete with the workers just woken (nor
-  // with their first elements). 0: none.
+  // process, which saves that process's start-up (loading the binary, the servers, the
+  // connection: about 25 ms with the shared libraries, docs/operations.md). They cost memory, not
+  // CPU. The first are started with the first Scale; a woken one is replaced at the first Tick
+  // standby_refill_delay after the last wake, not at once, so that its replacement's start-up does
+  // not compete with the workers just woken (nor with their first elements). 0: none.
   int standby = 0;
   std::chrono::milliseconds standby_refill_delay{1000};
 };
