@@ -112,6 +112,17 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     return {status, std::chrono::steady_clock::now() - sent};
   }
 
+  // One worker registered (the autoscaler asked for its minimum, 1), a job, and its consumer
+  // registered with nothing read yet; *hb is that consumer's heartbeat, its id set.
+  void StartConsumer(ClientHeartbeatRequest* hb) {
+    RegisterWorker("127.0.0.1:1");
+    ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);
+    hb->set_job_id(CreateJob());
+    ClientHeartbeatResponse resp;
+    ASSERT_TRUE(ClientHeartbeat(*hb, &resp).ok());
+    hb->set_client_id(resp.client_id());
+  }
+
   testing::ScopedTempDir dir_{"dispatcher-autoscale-test"};
   std::unique_ptr<Dispatcher> dispatcher_;
   RecordingActuator* actuator_ = nullptr;
@@ -119,13 +130,9 @@ class DispatcherAutoscaleTest : public ::testing::Test {
 };
 
 TEST_F(DispatcherAutoscaleTest, ANewConsumersFirstLookDecidesWithoutWaitingForTheInterval) {
-  RegisterWorker("127.0.0.1:1");
-  ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);  // started at the minimum
   ClientHeartbeatRequest hb;
-  hb.set_job_id(CreateJob());
+  ASSERT_NO_FATAL_FAILURE(StartConsumer(&hb));
   ClientHeartbeatResponse resp;
-  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());  // registers, with nothing read yet
-  hb.set_client_id(resp.client_id());
   absl::SleepFor(absl::Milliseconds(200));  // past the first look's 150 ms
   // Its first elements: 100 ms waiting for the first (start-up), then 5 more at 12 ms of work
   // each, waiting 18 ms for each: a stall of 0.6 with one worker, whose busy time no heartbeat
@@ -146,13 +153,9 @@ class DispatcherAutoscaleElementsTest : public DispatcherAutoscaleTest {
 };
 
 TEST_F(DispatcherAutoscaleElementsTest, TheFirstLookComesWithTheThirdElement) {
-  RegisterWorker("127.0.0.1:1");
-  ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);
   ClientHeartbeatRequest hb;
-  hb.set_job_id(CreateJob());
+  ASSERT_NO_FATAL_FAILURE(StartConsumer(&hb));
   ClientHeartbeatResponse resp;
-  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());
-  hb.set_client_id(resp.client_id());
   // Two elements: not yet (no decision can come from time either).
   hb.set_wait_seconds(0.1 + 0.018);
   hb.set_first_wait_seconds(0.1);
@@ -177,13 +180,10 @@ class DispatcherAutoscaleStandbyTest : public DispatcherAutoscaleElementsTest {
 };
 
 TEST_F(DispatcherAutoscaleStandbyTest, ANewPipelinesFirstConsumerWakesTheStandbyWorkers) {
-  RegisterWorker("127.0.0.1:1");
-  ASSERT_EQ(actuator_->WaitForAtLeast(1, absl::Seconds(10)), 1);
   ClientHeartbeatRequest hb;
-  hb.set_job_id(CreateJob());
-  ClientHeartbeatResponse resp;
-  ASSERT_TRUE(ClientHeartbeat(hb, &resp).ok());  // registers, with nothing read yet
+  ASSERT_NO_FATAL_FAILURE(StartConsumer(&hb));
   EXPECT_EQ(actuator_->WaitForAtLeast(3, absl::Seconds(30)), 3);
+  ClientHeartbeatResponse resp;
   ClientHeartbeatRequest second;  // another trainer of the same job
   second.set_job_id(hb.job_id());
   ASSERT_TRUE(ClientHeartbeat(second, &resp).ok());
