@@ -14,6 +14,8 @@
 // max_step_down workers a step and never below N; without any consumer it goes to min_workers.
 // Between stall_low and stall_high it holds (hysteresis), and after every change it holds for a
 // cool-down, so that the new workers' effect is measured before the next decision.
+// A job's start comes before any measure: one of a pipeline read before grows to the need
+// remembered from it (Remembered), one of a pipeline never read by the standby workers (Guess).
 //
 // Thread safety: none (the dispatcher's autoscaler thread owns it).
 #pragma once
